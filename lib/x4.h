@@ -1,0 +1,467 @@
+/*
+ * x4.h - the one public header of libx4, the core of the x4 toolkit for the
+ * Xing4.0-29B-A4B model (GGUF architecture `xing4_0`).
+ *
+ * The boundary: everything a tool in cmd/ may call is declared here, and
+ * nothing else.  Handles are opaque; option structs are plain C.  Every
+ * function that can fail returns 0 or a negative X4_E* code and fills the
+ * caller-owned x4_err with one message naming the cause (and, where there is
+ * one, the fix).  The library never prints and never exits: only cmd/ does.
+ * Kernel launchers live behind lib/x4_kern.h, which only lib/ and tests/ see.
+ *
+ * Sections (each owned by one part of lib/; keep edits inside your section):
+ *   1. errors and version      (lib/err.c)
+ *   2. block formats           (lib/quant.c)
+ *   3. GGUF reader and writer  (lib/gguf.c, lib/gguf_write.c)
+ *   4. model config, binding   (lib/model.c)
+ *   5. tokenizer and chat      (lib/tok.c, lib/spm.c, lib/chat.c)
+ *   6. trunk (CPU and CUDA)    (lib/trunk_cpu.c, lib/trunk_cuda.c)
+ *   7. sampling                (lib/sample.c)
+ *   8. utilities               (lib/util.c)
+ */
+#ifndef X4_H
+#define X4_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdbool.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ===================== 1. errors and version ===================== */
+
+enum x4_status {
+	X4_OK = 0,
+	X4_EIO = -1,       /* open/read/write/rename failed */
+	X4_EFORMAT = -2,   /* malformed or foreign file */
+	X4_ENOMEM = -3,    /* host or device allocation failed */
+	X4_EINVAL = -4,    /* bad argument or option value */
+	X4_ESHAPE = -5,    /* tensor missing, extra, mistyped or misshaped */
+	X4_ENOTFOUND = -6, /* key, tensor, file or token not found */
+	X4_ERANGE = -7,    /* value out of range: a context that does not fit */
+	X4_ECUDA = -8,     /* a CUDA call failed, or no CUDA in this build */
+	X4_ENUMERIC = -9,  /* a NaN or Inf where a finite value is required */
+	X4_EINTR = -10,    /* interrupted at a token boundary */
+};
+
+#define X4_ERR_MSG 1024
+typedef struct x4_err {
+	int code;
+	char msg[X4_ERR_MSG];
+} x4_err;
+
+/* printf-style: sets e->code and e->msg, returns code (for `return x4_err_set(...)`). */
+int x4_err_set(x4_err *e, int code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+const char *x4_status_name(int code);
+
+const char *x4_version(void);      /* "0.1.0" */
+const char *x4_commit(void);       /* git describe at build time, or "unknown" */
+/* CUDA runtime version as "13.0", or "none" in a build without CUDA. */
+const char *x4_cuda_runtime(void);
+
+/* ===================== 2. block formats ===================== */
+
+/* ggml type ids, as stored in GGUF. */
+enum x4_type {
+	X4_T_F32 = 0,
+	X4_T_F16 = 1,
+	X4_T_Q8_0 = 8,
+	X4_T_Q4_K = 12,
+	X4_T_Q6_K = 14,
+	X4_T_IQ4_NL = 20,
+	X4_T_BF16 = 30,
+};
+
+/* Name ("IQ4_NL") of any ggml type id; "?" for one x4 does not know. */
+const char *x4_type_name(int type);
+/* True for the types above (those x4 can dequantize). */
+bool x4_type_known(int type);
+/* Elements per block and bytes per block; 0 for an unknown type. */
+int x4_type_block_elems(int type);
+int x4_type_block_bytes(int type);
+/* Bytes of n elements (n a multiple of the block size), or 0 if it is not. */
+uint64_t x4_type_bytes(int type, uint64_t n);
+
+uint16_t x4_f32_to_f16(float f);
+float x4_f16_to_f32(uint16_t h);
+uint16_t x4_f32_to_bf16(float f); /* round to nearest even, NaN stays NaN */
+float x4_bf16_to_f32(uint16_t h);
+
+/* Dequantize n elements (a multiple of the type's block) of any known type. */
+int x4_dequant(int type, const void *src, float *dst, uint64_t n, x4_err *e);
+/* Quantize n elements into BF16, F16, F32, Q8_0, Q6_K or IQ4_NL. IQ4_NL and
+ * Q6_K search the scale to minimise the squared error, not just max/127. */
+int x4_quant(int type, const float *src, void *dst, uint64_t n, x4_err *e);
+
+/* The IQ4_NL codebook, for kernels and the synthetic writer. */
+extern const int8_t x4_iq4nl_values[16];
+
+/* ===================== 3. GGUF reader and writer ===================== */
+
+enum x4_gguf_vtype {
+	X4_GV_U8 = 0, X4_GV_I8 = 1, X4_GV_U16 = 2, X4_GV_I16 = 3,
+	X4_GV_U32 = 4, X4_GV_I32 = 5, X4_GV_F32 = 6, X4_GV_BOOL = 7,
+	X4_GV_STR = 8, X4_GV_ARR = 9, X4_GV_U64 = 10, X4_GV_I64 = 11,
+	X4_GV_F64 = 12,
+};
+const char *x4_gguf_vtype_name(int vtype);
+
+typedef struct x4_gguf x4_gguf;
+
+typedef struct x4_gguf_tensor {
+	const char *name;     /* NUL-terminated copy */
+	int type;             /* enum x4_type (validated: known to x4) */
+	int n_dims;           /* 1..4 */
+	uint64_t ne[4];       /* ggml order, ne[0] fastest; unused dims are 1 */
+	uint64_t n_elems;
+	uint64_t offset;      /* from the start of the data section */
+	uint64_t nbytes;
+	const void *data;     /* into the mapping */
+} x4_gguf_tensor;
+
+/* Map and validate a whole file: every count, length, type, dimension
+ * product, offset and overlap is checked against the file's size before any
+ * of it is used.  A fault is one error naming the byte offset. */
+int x4_gguf_open(x4_gguf **out, const char *path, x4_err *e);
+/* The same over a caller's buffer (kept, not copied); for tests and fuzzing. */
+int x4_gguf_open_mem(x4_gguf **out, const void *data, size_t size, x4_err *e);
+void x4_gguf_close(x4_gguf *g);
+
+uint32_t x4_gguf_version(const x4_gguf *g);
+uint64_t x4_gguf_file_size(const x4_gguf *g);
+uint32_t x4_gguf_alignment(const x4_gguf *g);
+uint64_t x4_gguf_data_offset(const x4_gguf *g); /* absolute file offset */
+const void *x4_gguf_base(const x4_gguf *g);     /* the whole mapping */
+
+int64_t x4_gguf_kv_count(const x4_gguf *g);
+const char *x4_gguf_kv_key(const x4_gguf *g, int64_t i);
+int x4_gguf_kv_type(const x4_gguf *g, int64_t i);
+int64_t x4_gguf_find_kv(const x4_gguf *g, const char *key); /* -1 if absent */
+/* Scalar getters: convert between integer widths when the value fits, and
+ * fail with X4_EFORMAT naming the key when the type does not match. */
+int x4_gguf_get_u64(const x4_gguf *g, const char *key, uint64_t *v, x4_err *e);
+int x4_gguf_get_i64(const x4_gguf *g, const char *key, int64_t *v, x4_err *e);
+int x4_gguf_get_f64(const x4_gguf *g, const char *key, double *v, x4_err *e);
+int x4_gguf_get_bool(const x4_gguf *g, const char *key, bool *v, x4_err *e);
+/* A string value: pointer into the mapping (not NUL-terminated) and length. */
+int x4_gguf_get_str(const x4_gguf *g, const char *key, const char **s,
+		    uint64_t *len, x4_err *e);
+/* By index, for dumping every key. */
+int x4_gguf_kv_u64(const x4_gguf *g, int64_t i, uint64_t *v);
+int x4_gguf_kv_i64(const x4_gguf *g, int64_t i, int64_t *v);
+int x4_gguf_kv_f64(const x4_gguf *g, int64_t i, double *v);
+int x4_gguf_kv_str(const x4_gguf *g, int64_t i, const char **s, uint64_t *len);
+/* Arrays: element type and count; numeric elements are packed at *data. */
+int x4_gguf_kv_arr(const x4_gguf *g, int64_t i, int *elem_type, uint64_t *n,
+		   const void **data);
+/* String element j of a string array. */
+int x4_gguf_kv_arr_str(const x4_gguf *g, int64_t i, uint64_t j, const char **s,
+		       uint64_t *len);
+
+int64_t x4_gguf_tensor_count(const x4_gguf *g);
+const x4_gguf_tensor *x4_gguf_tensor_at(const x4_gguf *g, int64_t i);
+const x4_gguf_tensor *x4_gguf_find_tensor(const x4_gguf *g, const char *name);
+
+/* Writer.  Declare keys and tensors (directory order = data order), then
+ * x4_gguf_writer_begin_data() writes the header; tensor bytes are then given
+ * by x4_gguf_writer_pwrite() from any thread in any order (each tensor is
+ * placed at the strict padded offset llama.cpp demands); finish() pads,
+ * fsyncs and renames the temporary file onto the path.  abort() (or a
+ * failed finish) removes the temporary file: nothing half-written remains. */
+typedef struct x4_gguf_writer x4_gguf_writer;
+int x4_gguf_writer_open(x4_gguf_writer **out, const char *path, x4_err *e);
+int x4_gguf_writer_kv_u32(x4_gguf_writer *w, const char *key, uint32_t v);
+int x4_gguf_writer_kv_i32(x4_gguf_writer *w, const char *key, int32_t v);
+int x4_gguf_writer_kv_u64(x4_gguf_writer *w, const char *key, uint64_t v);
+int x4_gguf_writer_kv_f32(x4_gguf_writer *w, const char *key, float v);
+int x4_gguf_writer_kv_bool(x4_gguf_writer *w, const char *key, bool v);
+int x4_gguf_writer_kv_str(x4_gguf_writer *w, const char *key, const char *v);
+int x4_gguf_writer_kv_arr_str(x4_gguf_writer *w, const char *key,
+			      const char *const *v, uint64_t n);
+int x4_gguf_writer_kv_arr_f32(x4_gguf_writer *w, const char *key,
+			      const float *v, uint64_t n);
+int x4_gguf_writer_kv_arr_i32(x4_gguf_writer *w, const char *key,
+			      const int32_t *v, uint64_t n);
+/* Returns the tensor's index (>= 0) or a negative code. */
+int x4_gguf_writer_tensor(x4_gguf_writer *w, const char *name, int type,
+			  int n_dims, const uint64_t *ne);
+int x4_gguf_writer_begin_data(x4_gguf_writer *w, x4_err *e);
+uint64_t x4_gguf_writer_tensor_bytes(const x4_gguf_writer *w, int tensor);
+/* Thread-safe after begin_data. */
+int x4_gguf_writer_pwrite(x4_gguf_writer *w, int tensor, uint64_t at,
+			  const void *data, size_t n, x4_err *e);
+int x4_gguf_writer_finish(x4_gguf_writer *w, x4_err *e); /* frees w */
+void x4_gguf_writer_abort(x4_gguf_writer *w);            /* frees w */
+/* Errors met while declaring keys/tensors are kept and reported by
+ * begin_data (so the declaration calls need no checks of their own). */
+
+/* ===================== 4. model config and binding ===================== */
+
+/* The dimensions of a xing4_0 checkpoint, read from its own keys (nothing
+ * is hard-coded to the released 3584/40).  Field comments name the key,
+ * prefixed `xing4_0.`. */
+typedef struct x4_config {
+	int n_embd;          /* embedding_length: D, one stream (3584) */
+	int n_hc;            /* hyper_connection.count (4) */
+	int n_block;         /* block_count minus nextn_predict_layers (40) */
+	int n_block_file;    /* block_count as stored (41) */
+	int n_nextn;         /* nextn_predict_layers (1) */
+	int n_dense;         /* leading_dense_block_count (2) */
+	int n_head;          /* attention.head_count (32) */
+	int q_lora;          /* attention.q_lora_rank (768) */
+	int kv_lora;         /* attention.kv_lora_rank (512) */
+	int d_qk;            /* attention.key_length_mla (192) */
+	int d_v;             /* attention.value_length_mla (128) */
+	int d_rope;          /* rope.dimension_count (64) */
+	int d_nope;          /* d_qk - d_rope (128) */
+	int n_vocab;         /* vocab_size, else the token list's length */
+	int n_ff;            /* feed_forward_length: dense FFN width (9216) */
+	int n_expert;        /* expert_count (64) */
+	int n_expert_used;   /* expert_used_count (4) */
+	int n_expert_shared; /* expert_shared_count (1) */
+	int n_ff_exp;        /* expert_feed_forward_length (1024) */
+	int n_ctx_train;     /* context_length (262144) */
+	int sinkhorn_iters;  /* hyper_connection.sinkhorn_iterations (20) */
+	float hc_eps;        /* hyper_connection.epsilon (1e-6) */
+	float clamp_min, clamp_max; /* hyper_connection.clamp_min/max, else config.json, else -30/30 */
+	float rms_eps;       /* attention.layer_norm_rms_epsilon (1e-6) */
+	float rope_base;     /* rope.freq_base (10000) */
+	float yarn_factor;   /* rope.scaling.factor (64) */
+	int yarn_orig_ctx;   /* rope.scaling.original_context_length (4096) */
+	float yarn_beta_fast, yarn_beta_slow; /* (32, 1) */
+	float yarn_log_mult; /* rope.scaling.yarn_log_multiplier (0.1) */
+	float expert_scale;  /* expert_weights_scale (2.0) */
+	bool expert_norm;    /* expert_weights_norm (true) */
+	int gating_func;     /* expert_gating_func (2 = sigmoid) */
+	int bos_id, eos_id, unk_id; /* tokenizer.ggml.*_token_id (1, 2, 0) */
+	float kq_scale;      /* derived: mscale^2 / sqrt(d_qk) (0.14467963) */
+} x4_config;
+
+/* Read and check every key a xing4_0 file must have (architecture, the
+ * dimensions above, consistency between them).  A missing or mistyped key
+ * names the key. */
+int x4_config_read(const x4_gguf *g, x4_config *c, x4_err *e);
+
+/* The presets x4-synth writes: "tiny", "small", "full" (full = the released
+ * dimensions).  Fills every field, derived ones included. */
+int x4_config_preset(const char *name, x4_config *c, x4_err *e);
+
+/* One tensor of the released layout. */
+typedef struct x4_tensor_spec {
+	char name[64];
+	int type;       /* enum x4_type */
+	int n_dims;
+	uint64_t ne[4];
+	int block;      /* -1 for a global tensor */
+} x4_tensor_spec;
+
+/* Every tensor of the released layout for c, in file order (token_embd,
+ * output_norm, output, then blk.0 ... blk.<n_block_file-1>, NextN last).
+ * *out is malloc'd; *n receives the count (977 for the full preset). */
+int x4_layout(const x4_config *c, x4_tensor_spec **out, int *n, x4_err *e);
+
+/* Declare every key x4_config_read reads (general.architecture, the
+ * xing4_0.* keys of spec section 5 with the clamp extension, and the
+ * tokenizer's bos/eos/unknown ids) on a writer; errors surface at
+ * x4_gguf_writer_begin_data like any declaration's.  (lib/layout.c) */
+int x4_config_write(x4_gguf_writer *w, const x4_config *c);
+
+/* One decode token's weight bytes (spec section 8), from a tensor list:
+ * the file's own directory or x4_layout's.  Rows as the design record
+ * counts them; misc_record is every F32 tensor, every hc_*_fn and one
+ * embedding row (it includes the NextN block's router and norms), while
+ * misc_trunk is strictly what a trunk token reads.  (lib/inspect.c) */
+typedef struct x4_decode_bytes {
+	uint64_t attn;        /* BF16 attention, all trunk blocks */
+	uint64_t routed;      /* routed experts, k of E, MoE trunk blocks */
+	uint64_t output;      /* output.weight */
+	uint64_t shared;      /* shared experts, MoE trunk blocks */
+	uint64_t dense;       /* dense FFN blocks */
+	uint64_t misc_record; /* hc_*, routers, norms, one embedding row (record) */
+	uint64_t misc_trunk;  /* the same, trunk only */
+	uint64_t total_record, total_trunk;
+} x4_decode_bytes;
+int x4_decode_bytes_count(const x4_config *c, const x4_tensor_spec *t, int n,
+			  x4_decode_bytes *out, x4_err *e);
+
+/* ===================== 5. tokenizer and chat ===================== */
+
+/* GGUF token types (tokenizer.ggml.token_type), SentencePiece's numbering. */
+enum x4_tok_type {
+	X4_TOK_NORMAL = 1, X4_TOK_UNKNOWN = 2, X4_TOK_CONTROL = 3,
+	X4_TOK_USER_DEFINED = 4, X4_TOK_UNUSED = 5, X4_TOK_BYTE = 6,
+};
+
+/* The vocabulary x4 ships: Mistral's v3 SentencePiece BPE (32768 pieces,
+ * byte fallback; Apache-2.0, data/tokenizer/) with Xing4's special tokens
+ * in the low ids (<_unk> 0, bos 1, <_end> 2, <_system>, <_user>, <_bot>,
+ * <think>, </think>), padded with reserved pieces to n_vocab.  Gives both
+ * the arrays for the GGUF header and the serialized tokenizer.model. */
+typedef struct x4_vocab {
+	int n;
+	char **pieces;        /* n NUL-terminated UTF-8 pieces */
+	float *scores;        /* n */
+	int32_t *types;       /* n, enum x4_tok_type */
+	unsigned char *model; /* tokenizer.model (SentencePiece protobuf) */
+	size_t model_len;
+	int bos_id, eos_id, unk_id;
+} x4_vocab;
+int x4_vocab_xing4(int n_vocab, x4_vocab *v, x4_err *e);
+void x4_vocab_free(x4_vocab *v);
+
+typedef struct x4_tokenizer x4_tokenizer;
+/* From a GGUF header's tokenizer.ggml.{tokens,scores,token_type,...}. */
+int x4_tokenizer_from_gguf(x4_tokenizer **t, const x4_gguf *g, x4_err *e);
+void x4_tokenizer_free(x4_tokenizer *t);
+int x4_tokenizer_n_vocab(const x4_tokenizer *t);
+
+enum {
+	X4_TOKENIZE_SPECIAL = 1, /* control pieces spelled in the text match whole */
+	X4_TOKENIZE_BOS = 2,     /* prepend bos */
+};
+/* Encode UTF-8 text (invalid bytes go through byte fallback).  *ids is
+ * malloc'd, *n its length. */
+int x4_tokenize(const x4_tokenizer *t, const char *text, size_t len,
+		unsigned flags, int32_t **ids, size_t *n, x4_err *e);
+/* The piece of one id (as stored), or NULL out of range. */
+const char *x4_token_piece(const x4_tokenizer *t, int32_t id);
+int32_t x4_token_find(const x4_tokenizer *t, const char *piece); /* -1 if none */
+
+/* Streaming decode: feed ids one at a time; bytes of an incomplete UTF-8
+ * sequence made of byte pieces are held back until complete. */
+typedef struct x4_detok {
+	unsigned char pend[8];
+	int npend;
+	bool started;
+} x4_detok;
+/* Appends at most cap bytes to out, returns the count (cap >= 64 suffices). */
+size_t x4_detok_step(const x4_tokenizer *t, x4_detok *st, int32_t id, char *out,
+		     size_t cap);
+size_t x4_detok_flush(const x4_tokenizer *t, x4_detok *st, char *out, size_t cap);
+/* Whole-sequence decode into a malloc'd NUL-terminated string. */
+int x4_detokenize(const x4_tokenizer *t, const int32_t *ids, size_t n, char **out,
+		  x4_err *e);
+
+/* Chat, rendered as the release's template does (record section 7). */
+typedef struct x4_chat_msg {
+	const char *role;    /* "system", "user" or "assistant" */
+	const char *content;
+} x4_chat_msg;
+int x4_chat_render(const x4_chat_msg *msgs, int n, bool add_generation_prompt,
+		   char **out, x4_err *e);
+/* Render and tokenize in one step (special tokens as ids, never spelled). */
+int x4_chat_tokenize(const x4_tokenizer *t, const x4_chat_msg *msgs, int n,
+		     bool add_generation_prompt, int32_t **ids, size_t *n_ids,
+		     x4_err *e);
+
+/* ===================== 6. model and trunk ===================== */
+
+/* Where a model's parts are (record section 7): the weights are a .gguf;
+ * the tokenizer folder (config.json with model_type xing4_0, or
+ * tokenization_xing4_0.py) holds tokenizer.model, config.json, the chat
+ * template.  `model` is a .gguf file or a folder holding exactly one;
+ * `tokdir` may be NULL (then the .gguf's own folder is tried).  Ambiguity
+ * (two .gguf files, a folder that is not a xing4_0 release) is refused
+ * with the paths tried. */
+typedef struct x4_paths {
+	char gguf[4096];
+	char tokdir[4096]; /* "" when none was found (the GGUF vocab is used) */
+} x4_paths;
+int x4_paths_resolve(const char *model, const char *tokdir, x4_paths *p, x4_err *e);
+
+/* An opened checkpoint: the mapping, its config, every trunk tensor bound
+ * by name and checked for type and shape against the config; blk.<n_block>
+ * (NextN) recognised and not bound; the tokenizer from the GGUF header.
+ * A missing, extra or mistyped tensor is reported with its name, expected
+ * and found type and shape. */
+typedef struct x4_model x4_model;
+int x4_model_open(x4_model **m, const x4_paths *p, x4_err *e);
+void x4_model_close(x4_model *m);
+const x4_config *x4_model_config(const x4_model *m);
+const x4_gguf *x4_model_gguf(const x4_model *m);
+const x4_tokenizer *x4_model_tokenizer(const x4_model *m);
+const char *x4_model_fingerprint(const x4_model *m); /* fast fingerprint */
+
+/* How wide the four residual streams are stored (spec section 7; record
+ * section 2).  F32 is right; F16 and BF16 are the failing configurations
+ * x4-walk-residual compares against. */
+enum x4_resid { X4_RESID_F32 = 0, X4_RESID_F16 = 1, X4_RESID_BF16 = 2 };
+/* Arithmetic of the CPU trunk: F32 (what users run), F64 (the oracle). */
+enum x4_prec { X4_PREC_F32 = 0, X4_PREC_F64 = 1 };
+
+typedef struct x4_trunk_opts {
+	int device;        /* -1 CPU, >= 0 the CUDA ordinal */
+	int max_ctx;       /* positions the KV cache holds (0: min(ctx_train, 4096)) */
+	int resid;         /* enum x4_resid */
+	int prec;          /* enum x4_prec (CPU only) */
+	int threads;       /* CPU threads, 0 = all */
+	int prefill_chunk; /* tokens per prefill chunk, 0 = automatic */
+	bool hc_eager;     /* GPU: the multi-kernel hyper-connection path */
+} x4_trunk_opts;
+void x4_trunk_opts_default(x4_trunk_opts *o);
+
+typedef struct x4_trunk x4_trunk;
+int x4_trunk_create(x4_trunk **t, const x4_model *m, const x4_trunk_opts *o, x4_err *e);
+void x4_trunk_free(x4_trunk *t);
+/* Forget the context (the cache's length drops to 0; record section 7's
+ * shared-cache bug): the next forward starts at position 0. */
+void x4_trunk_reset(x4_trunk *t);
+int x4_trunk_pos(const x4_trunk *t);
+/* Run n tokens at positions pos..pos+n-1 and append them to the cache.
+ * logits: [n][n_vocab] fp32 when all_logits, else [1][n_vocab] for the last
+ * token; may be NULL.  A context overflow is X4_ERANGE before any work. */
+int x4_trunk_forward(x4_trunk *t, const int32_t *ids, int n, float *logits,
+		     bool all_logits, x4_err *e);
+
+/* Observation of the residual for x4-walk-residual: called (if set) after
+ * every sublayer of every block, for the LAST token of each forward. */
+typedef struct x4_probe_row {
+	int block;
+	int sublayer;             /* 0 attention (A1-A4), 1 FFN (F1-F4) */
+	const float *streams;     /* [n_hc][n_embd]: the state after the update */
+	const float *sub_out;     /* [n_embd]: the sublayer output y */
+	const float *sub_in;      /* [n_embd]: the normed input x-hat */
+	const float *post;        /* [n_hc] */
+	const float *comb;        /* [n_hc][n_hc], [dst][src] */
+	const int *experts;       /* [n_expert_used] selected (MoE sublayer) or NULL */
+	const float *expert_w;    /* [n_expert_used] their weights, or NULL */
+} x4_probe_row;
+typedef void (*x4_probe_fn)(void *ctx, const x4_probe_row *row);
+void x4_trunk_set_probe(x4_trunk *t, x4_probe_fn fn, void *ctx);
+
+/* ===================== 7. sampling ===================== */
+
+typedef struct x4_sampler_opts {
+	float temperature;  /* 0 = greedy */
+	int top_k;          /* 0 = off */
+	float top_p;        /* 1 = off */
+	uint64_t seed;
+} x4_sampler_opts;
+typedef struct x4_sampler x4_sampler;
+int x4_sampler_create(x4_sampler **s, const x4_sampler_opts *o, x4_err *e);
+void x4_sampler_free(x4_sampler *s);
+/* Pick a token from one row of logits [n_vocab]. */
+int32_t x4_sample(x4_sampler *s, const float *logits, int n_vocab);
+
+/* ===================== 8. utilities ===================== */
+
+/* Monotonic seconds. */
+double x4_now(void);
+/* Number of online CPUs (at least 1). */
+int x4_ncpu(void);
+/* Run fn(arg, i) for i in [0, n) on up to nthreads threads (0 = all CPUs). */
+void x4_parallel_for(int64_t n, int nthreads, void (*fn)(void *arg, int64_t i),
+		     void *arg);
+
+/* File fingerprint: "fast" hashes the size, the header and directory, and
+ * 64 KiB samples spread over the data; "full" hashes every byte.  16 hex
+ * digits, NUL-terminated, into out[17]. */
+int x4_fingerprint(const char *path, bool full, char out[17], x4_err *e);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* X4_H */

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Run every CPU test (C binaries build/tests/test_*, Python oracles
+# tests/oracle_*.py, shell tests tests/tool_*.sh) from the tree's root and
+# count the PASS/FAIL lines they print.  Ends with "N passed, N failed".
+set -u
+cd "$(dirname "$0")/.." || exit 2
+mkdir -p build/test-logs
+pass=0 fail=0 broken=()
+run_one() { # name, command...
+	local name=$1; shift
+	local log=build/test-logs/$name.log
+	local t0=$SECONDS
+	"$@" >"$log" 2>&1
+	local rc=$?
+	local p f
+	p=$(grep -c '^PASS ' "$log")
+	f=$(grep -c '^FAIL ' "$log")
+	pass=$((pass + p)); fail=$((fail + f))
+	grep '^FAIL ' "$log" | sed "s/^/$name: /"
+	if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
+		# A crash or a setup failure counts as a failure of its own.
+		fail=$((fail + 1)); broken+=("$name (exit $rc; see $log)")
+		tail -n 5 "$log" | sed "s/^/$name: /"
+	fi
+	printf '%-28s %4d passed %3d failed  %3ds\n' "$name" "$p" "$f" $((SECONDS - t0))
+}
+for t in build/tests/test_*; do
+	[ -x "$t" ] || continue
+	run_one "$(basename "$t")" "$t"
+done
+for t in tests/tool_*.sh; do
+	[ -e "$t" ] || continue
+	run_one "$(basename "$t" .sh)" bash "$t"
+done
+for t in tests/oracle_*.py; do
+	[ -e "$t" ] || continue
+	run_one "$(basename "$t" .py)" build/venv/bin/python "$t"
+done
+# Every .cu must compile (the library build above did, when nvcc is here).
+if command -v nvcc >/dev/null 2>&1 || [ -x "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc" ]; then
+	n=$(ls kernels/*.cu 2>/dev/null | wc -l)
+	ok=$(ls build/kernels/*.o 2>/dev/null | wc -l)
+	if [ "$n" -eq "$ok" ]; then pass=$((pass + 1)); echo "PASS cuda: $n kernels compiled"
+	else fail=$((fail + 1)); echo "FAIL cuda: $ok of $n kernels compiled"; fi
+fi
+for b in "${broken[@]+"${broken[@]}"}"; do echo "broken: $b"; done
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
