@@ -17,13 +17,13 @@ COMMIT   := $(shell git describe --always --dirty 2>/dev/null || echo unknown)
 CFLAGS   ?= -O2 -g
 CFLAGS   += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wno-unused-parameter \
             -MMD -MP -pthread -Ilib -DX4_COMMIT='"$(COMMIT)"'
-LDLIBS   := -lz -lm -lpthread
+LDLIBS   := -lm -lpthread
 NVFLAGS  := -O3 -std=c++17 -Ilib -Xcompiler -Wall,-Wno-unused-parameter -MMD -MP \
             $(foreach a,$(CUDA_ARCH),-gencode=arch=compute_$(a),code=sm_$(a))
 
 ifneq ($(NVCC),)
   CFLAGS += -DX4_HAVE_CUDA -I$(CUDA_HOME)/include
-  LDLIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublas -lcupti -lstdc++
+  LDLIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lstdc++
   CU_SRC := $(wildcard kernels/*.cu)
 else
   CU_SRC :=
