@@ -18,6 +18,7 @@
  *   6. trunk (CPU and CUDA)    (lib/trunk_cpu.c, lib/trunk_cuda.c)
  *   7. sampling                (lib/sample.c)
  *   8. utilities               (lib/util.c)
+ *   9. npy writer, MoE replay  (lib/npy.c, lib/replay.c)
  */
 #ifndef X4_H
 #define X4_H
@@ -93,7 +94,11 @@ float x4_bf16_to_f32(uint16_t h);
 /* Dequantize n elements (a multiple of the type's block) of any known type. */
 int x4_dequant(int type, const void *src, float *dst, uint64_t n, x4_err *e);
 /* Quantize n elements into BF16, F16, F32, Q8_0, Q6_K or IQ4_NL. IQ4_NL and
- * Q6_K search the scale to minimise the squared error, not just max/127. */
+ * Q6_K search the scale to minimise the squared error, not just max/127;
+ * Q8_0 and BF16 give ggml's reference bytes.  Deterministic and
+ * single-threaded (callers parallelise over rows).  For the block types a
+ * NaN/Inf input is X4_ENUMERIC and |x| > 2e6 X4_ERANGE; Q4_K is read-only
+ * (X4_EINVAL). */
 int x4_quant(int type, const float *src, void *dst, uint64_t n, x4_err *e);
 
 /* The IQ4_NL codebook, for kernels and the synthetic writer. */
@@ -154,7 +159,8 @@ int x4_gguf_kv_u64(const x4_gguf *g, int64_t i, uint64_t *v);
 int x4_gguf_kv_i64(const x4_gguf *g, int64_t i, int64_t *v);
 int x4_gguf_kv_f64(const x4_gguf *g, int64_t i, double *v);
 int x4_gguf_kv_str(const x4_gguf *g, int64_t i, const char **s, uint64_t *len);
-/* Arrays: element type and count; numeric elements are packed at *data. */
+/* Arrays: element type and count; numeric elements are packed at *data
+ * (little-endian, unaligned); *data is NULL for a string array. */
 int x4_gguf_kv_arr(const x4_gguf *g, int64_t i, int *elem_type, uint64_t *n,
 		   const void **data);
 /* String element j of a string array. */
@@ -196,7 +202,11 @@ int x4_gguf_writer_pwrite(x4_gguf_writer *w, int tensor, uint64_t at,
 int x4_gguf_writer_finish(x4_gguf_writer *w, x4_err *e); /* frees w */
 void x4_gguf_writer_abort(x4_gguf_writer *w);            /* frees w */
 /* Errors met while declaring keys/tensors are kept and reported by
- * begin_data (so the declaration calls need no checks of their own). */
+ * begin_data (so the declaration calls need no checks of their own); after a
+ * failed begin_data call abort().  finish() fails unless every tensor was
+ * given exactly its x4_gguf_writer_tensor_bytes() bytes: a missed chunk would
+ * otherwise read back as silent zeros.  general.alignment, when the caller
+ * adds it (as a u32), sets the alignment; otherwise it is 32 and unwritten. */
 
 /* ===================== 4. model config and binding ===================== */
 
@@ -286,6 +296,32 @@ typedef struct x4_decode_bytes {
 } x4_decode_bytes;
 int x4_decode_bytes_count(const x4_config *c, const x4_tensor_spec *t, int n,
 			  x4_decode_bytes *out, x4_err *e);
+/* A file's tensor directory as specs (block parsed from "blk.N."), in file
+ * order, so it compares with x4_layout's; *out is malloc'd.  (lib/inspect.c) */
+int x4_tensor_specs_from_gguf(const x4_gguf *g, x4_tensor_spec **out, int *n,
+			      x4_err *e);
+
+/* Synthetic weights (lib/synth.c), drawn directly as codes and scales so
+ * that activations behave like a trained model's (O(1) after every norm,
+ * unsaturated hyper-connection gates, a router whose choice varies). */
+typedef struct x4_synth_loud {
+	int block, expert; /* an MoE block and one of its routed experts */
+	float factor;      /* multiplies its gate/up/down IQ4_NL block scales */
+} x4_synth_loud;
+typedef struct x4_synth_opts {
+	uint64_t seed;
+	int threads;                /* 0 = all CPUs; the bytes do not depend on it */
+	const x4_synth_loud *loud;  /* n_loud entries; each is also forced into the top-k */
+	int n_loud;
+	/* Called after each chunk (serialised, from worker threads) with the
+	 * bytes written so far; may be NULL. */
+	void (*progress)(void *arg, uint64_t done, uint64_t total);
+	void *progress_arg;
+} x4_synth_opts;
+/* Draw and pwrite every tensor of t[0..n): tensor i must have been declared
+ * on w as its tensor i, and begin_data called. */
+int x4_synth_weights(x4_gguf_writer *w, const x4_config *c, const x4_tensor_spec *t,
+		     int n, const x4_synth_opts *o, x4_err *e);
 
 /* ===================== 5. tokenizer and chat ===================== */
 
@@ -308,18 +344,39 @@ typedef struct x4_vocab {
 	unsigned char *model; /* tokenizer.model (SentencePiece protobuf) */
 	size_t model_len;
 	int bos_id, eos_id, unk_id;
+	/* The normalizer of the .model, written to the GGUF as
+	 * tokenizer.ggml.add_space_prefix (true: a "▁" before the text) and
+	 * tokenizer.ggml.remove_extra_whitespaces (false: runs of spaces kept). */
+	bool add_space_prefix, remove_extra_whitespaces;
 } x4_vocab;
+/* n_vocab >= 32768 (the base vocabulary); ids 32768.. are <_reserved_ID>,
+ * type UNUSED, score 0.  The chat markers are CONTROL: plain text that spells
+ * one is encoded as text, as sentencepiece does (see lib/spm.c). */
 int x4_vocab_xing4(int n_vocab, x4_vocab *v, x4_err *e);
 void x4_vocab_free(x4_vocab *v);
 
 typedef struct x4_tokenizer x4_tokenizer;
-/* From a GGUF header's tokenizer.ggml.{tokens,scores,token_type,...}. */
+/* From a GGUF header's tokenizer.ggml.{tokens,scores,token_type} (required),
+ * bos_token_id, eos_token_id, unknown_token_id (else the first piece of that
+ * type), add_space_prefix (default true) and remove_extra_whitespaces
+ * (default false); tokenizer.ggml.model, when present, must be "llama". */
 int x4_tokenizer_from_gguf(x4_tokenizer **t, const x4_gguf *g, x4_err *e);
+/* The same from a vocabulary in memory (x4_vocab_xing4's). */
+int x4_tokenizer_from_vocab(x4_tokenizer **t, const x4_vocab *v, x4_err *e);
 void x4_tokenizer_free(x4_tokenizer *t);
 int x4_tokenizer_n_vocab(const x4_tokenizer *t);
+int32_t x4_tokenizer_bos(const x4_tokenizer *t);
+int32_t x4_tokenizer_eos(const x4_tokenizer *t);
+/* enum x4_tok_type of an id, 0 when out of range. */
+int x4_token_type(const x4_tokenizer *t, int32_t id);
 
 enum {
-	X4_TOKENIZE_SPECIAL = 1, /* control pieces spelled in the text match whole */
+	/* Control pieces spelled in the text match whole (longest first); the
+	 * text between them is encoded on its own, and only a text that starts
+	 * the input gets the dummy prefix (so the rendered chat prompt encodes
+	 * as x4_chat_tokenize does).  Without it, the text is encoded exactly
+	 * as the sentencepiece library does (user-defined pieces still match). */
+	X4_TOKENIZE_SPECIAL = 1,
 	X4_TOKENIZE_BOS = 2,     /* prepend bos */
 };
 /* Encode UTF-8 text (invalid bytes go through byte fallback).  *ids is
@@ -337,7 +394,10 @@ typedef struct x4_detok {
 	int npend;
 	bool started;
 } x4_detok;
-/* Appends at most cap bytes to out, returns the count (cap >= 64 suffices). */
+/* Appends at most cap bytes to out, returns the count (cap >= 64 suffices
+ * for x4's vocabulary: a piece of up to 48 bytes after up to 4 held bytes).
+ * Control pieces give nothing, <unk> gives " ⁇ " (U+2047) as sentencepiece does,
+ * and a byte that cannot be part of a valid character gives U+FFFD. */
 size_t x4_detok_step(const x4_tokenizer *t, x4_detok *st, int32_t id, char *out,
 		     size_t cap);
 size_t x4_detok_flush(const x4_tokenizer *t, x4_detok *st, char *out, size_t cap);
@@ -356,6 +416,9 @@ int x4_chat_render(const x4_chat_msg *msgs, int n, bool add_generation_prompt,
 int x4_chat_tokenize(const x4_tokenizer *t, const x4_chat_msg *msgs, int n,
 		     bool add_generation_prompt, int32_t **ids, size_t *n_ids,
 		     x4_err *e);
+/* The same format as a Jinja template (messages with role and content,
+ * add_generation_prompt), for the release folder's chat_template.jinja. */
+const char *x4_chat_template_jinja(void);
 
 /* ===================== 6. model and trunk ===================== */
 
@@ -391,6 +454,12 @@ const char *x4_model_fingerprint(const x4_model *m); /* fast fingerprint */
 enum x4_resid { X4_RESID_F32 = 0, X4_RESID_F16 = 1, X4_RESID_BF16 = 2 };
 /* Arithmetic of the CPU trunk: F32 (what users run), F64 (the oracle). */
 enum x4_prec { X4_PREC_F32 = 0, X4_PREC_F64 = 1 };
+/* The latent KV cache (spec 6.5, 7.7).  DEFAULT: fp16 values in F32 (the
+ * record's cache) and exact doubles in F64; F16 rounds to fp16 in either
+ * (F64 + F16 is the spec's model computed exactly, as the numpy oracle's
+ * kv='f16'); EXACT keeps the arithmetic's width (F32 + EXACT isolates the
+ * arithmetic from the cache's rounding in comparisons). */
+enum x4_kv { X4_KV_DEFAULT = 0, X4_KV_F16 = 1, X4_KV_EXACT = 2 };
 
 typedef struct x4_trunk_opts {
 	int device;        /* -1 CPU, >= 0 the CUDA ordinal */
@@ -400,6 +469,7 @@ typedef struct x4_trunk_opts {
 	int threads;       /* CPU threads, 0 = all */
 	int prefill_chunk; /* tokens per prefill chunk, 0 = automatic */
 	bool hc_eager;     /* GPU: the multi-kernel hyper-connection path */
+	int kv;            /* enum x4_kv: the latent cache's values */
 } x4_trunk_opts;
 void x4_trunk_opts_default(x4_trunk_opts *o);
 
@@ -460,6 +530,41 @@ void x4_parallel_for(int64_t n, int nthreads, void (*fn)(void *arg, int64_t i),
  * 64 KiB samples spread over the data; "full" hashes every byte.  16 hex
  * digits, NUL-terminated, into out[17]. */
 int x4_fingerprint(const char *path, bool full, char out[17], x4_err *e);
+
+/* ===================== 9. npy writer and MoE replay ===================== */
+/* (lib/npy.c, lib/replay.c: for x4-run --dump-logits and x4-walk-residual) */
+
+/* A float32 2-D NumPy array [rows][cols] written a row batch at a time to
+ * a temporary file beside path; close() writes the final row count into the
+ * header, fsyncs and renames onto path; abort() (or a failed close) removes
+ * the temporary file.  Any reader of the .npy format reads the result. */
+typedef struct x4_npy x4_npy;
+int x4_npy_open(x4_npy **out, const char *path, int cols, x4_err *e);
+/* Append n rows of cols floats each. */
+int x4_npy_append(x4_npy *w, const float *rows, int n, x4_err *e);
+int x4_npy_close(x4_npy *w, x4_err *e); /* frees w */
+void x4_npy_abort(x4_npy *w);           /* frees w */
+
+/* One MoE block recomputed in float64 from the dequantized weights of the
+ * file (record section 2: "the weights are not the bug"): the router, every
+ * selected expert and the shared expert, on a captured normed input x-hat. */
+#define X4_REPLAY_MAX_USED 16
+typedef struct x4_moe_replay {
+	int n_used;
+	int experts[X4_REPLAY_MAX_USED];  /* in ascending id */
+	double weight[X4_REPLAY_MAX_USED];/* w_e, from the float64 router */
+	double out_max[X4_REPLAY_MAX_USED];/* max |Expert_e(x)|, before w_e */
+	double out_rms[X4_REPLAY_MAX_USED];
+	double shared_max, shared_rms;    /* Shared(x) */
+	double y_max, y_rms;              /* y = sum w_e Expert_e(x) + Shared(x) */
+	bool routed_here;                 /* experts chosen by the float64 router */
+} x4_moe_replay;
+/* x_hat: [n_embd].  force: NULL to route in float64, else n_expert_used
+ * expert ids to evaluate instead (e.g. the trunk's own choice; weights are
+ * still the float64 router's for those ids).  y: [n_embd] out, may be NULL.
+ * A block that is not an MoE block is X4_EINVAL. */
+int x4_moe_replay_block(const x4_model *m, int block, const float *x_hat,
+			const int *force, x4_moe_replay *r, double *y, x4_err *e);
 
 #ifdef __cplusplus
 }

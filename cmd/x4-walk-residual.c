@@ -1,0 +1,649 @@
+/*
+ * x4-walk-residual - watch the four residual streams block by block, with
+ * the residual stored in fp32, fp16 and bf16 side by side.
+ *
+ * This is the instrument of record section 2: a served chat answered in
+ * <_unk> because one loud expert pushed an fp16 residual past 65504 and
+ * everything after it became inf - inf.  The table shows where a value
+ * leaves the fp16 range and where the first non-finite value appears; the
+ * float64 run says what the right answer is; --replay recomputes one MoE
+ * block in float64 from the file's bytes to show the magnitude is in the
+ * weights, not in a kernel.
+ */
+#include "x4.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define PROG "x4-walk-residual"
+#define FP16_MAX 65504.0
+#define MAX_HC 8
+#define TOPK 4
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+"usage: " PROG " [-m PATH] [--tokenizer DIR] (-p TEXT | --tokens IDS)\n"
+"                        [--arms f32,f16,bf16] [--replay BLOCK] [--device cpu|cuda:N]\n"
+"                        [--threads N] [--json]\n"
+"Walk the residual streams of one forward pass, block by block and sublayer by\n"
+"sublayer, once per residual width; TSV on stdout, a '#' summary after it.\n"
+"  -m, --model PATH      a .gguf or a folder holding one (default: the tiny\n"
+"                        preset, ../build/models/tiny beside this binary)\n"
+"      --tokenizer DIR   the release's tokenizer folder\n"
+"  -p, --prompt TEXT     the prompt, tokenized raw (no bos)\n"
+"      --tokens IDS      raw token ids, comma separated (--tokens 2: the record's\n"
+"                        one-token <_end> walk)\n"
+"      --arms LIST       residual widths to run, of f32, f16, bf16 (default all)\n"
+"      --replay BLOCK    recompute that MoE block in float64 from the file's weights\n"
+"                        on the f32 arm's captured input\n"
+"      --device DEV      cpu (default) or cuda:N for the arms (float64 runs on the CPU)\n"
+"      --threads N       CPU threads (default 0 = all)\n"
+"      --json            one JSON object per line instead of TSV\n"
+"  -h, --help            this help\n"
+"      --version         version, commit and CUDA runtime\n"
+"Exit status: 0 the f32 arm stayed finite, 1 it did not or a failure, 2 usage.\n");
+}
+
+static void die_usage(const char *msg, const char *arg)
+{
+	fprintf(stderr, PROG ": %s '%s' (see " PROG " -h)\n", msg, arg);
+	exit(2);
+}
+
+static long parse_long(const char *s, long lo, long hi, const char *opt)
+{
+	char *end;
+	errno = 0;
+	long v = strtol(s, &end, 10);
+	if (!*s || *end || errno || v < lo || v > hi) {
+		fprintf(stderr, PROG ": %s '%s': expected an integer in [%ld, %ld] (see " PROG
+			" -h)\n", opt, s, lo, hi);
+		exit(2);
+	}
+	return v;
+}
+
+static int32_t *parse_ids(const char *s, size_t *n)
+{
+	size_t cap = 1;
+	for (const char *p = s; *p; p++)
+		cap += *p == ',';
+	int32_t *ids = malloc(cap * sizeof *ids);
+	if (!ids) {
+		fprintf(stderr, PROG ": out of memory\n");
+		exit(1);
+	}
+	*n = 0;
+	for (const char *p = s;;) {
+		char *end;
+		errno = 0;
+		long v = strtol(p, &end, 10);
+		if (end == p || errno || v < 0 || v > INT32_MAX || (*end && *end != ','))
+			die_usage("--tokens: expected comma-separated ids like 1,5,9, got", s);
+		ids[(*n)++] = (int32_t)v;
+		if (!*end)
+			break;
+		p = end + 1;
+	}
+	return ids;
+}
+
+static void default_model(char *out, size_t cap)
+{
+	char exe[4000]; /* leaves room in out[4096] for the suffix */
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+	if (n <= 0) {
+		snprintf(out, cap, "build/models/tiny");
+		return;
+	}
+	exe[n] = 0;
+	for (int i = 0; i < 2; i++) {
+		char *slash = strrchr(exe, '/');
+		if (slash)
+			*slash = 0;
+	}
+	snprintf(out, cap, "%s/build/models/tiny", exe);
+}
+
+/* What one probe call saw, reduced. */
+struct rowstat {
+	bool seen;
+	double s_max[MAX_HC], s_rms[MAX_HC]; /* per stream, after the update */
+	double y_max;                        /* sublayer output */
+	char nonfinite[32];                  /* "s2[117]", "y[5]" or "" */
+};
+
+struct arm {
+	const char *name;  /* column prefix */
+	int resid, prec;
+	struct rowstat *rows; /* [n_block][2] */
+	float *logits;     /* [n_vocab] of the last token */
+	int top_id[TOPK];
+	float top_v[TOPK];
+	int n_top;
+	char overflow[32], nonfinite[32]; /* "block:sublayer", "logits" or "" */
+	/* the FFN sublayer of the replay block, captured (f32 arm only) */
+	int capture_block;
+	float *cap_in, *cap_out; /* [n_embd] */
+	int cap_experts[X4_REPLAY_MAX_USED];
+	bool captured;
+	int n_embd, n_hc, n_used;
+};
+
+static void reduce(const float *v, int n, double *max, double *rms, int *first_bad)
+{
+	double mx = 0, ss = 0;
+	bool nan = false;
+	*first_bad = -1;
+	for (int i = 0; i < n; i++) {
+		double a = fabs((double)v[i]);
+		if (!isfinite(a) && *first_bad < 0)
+			*first_bad = i;
+		if (isnan(a))
+			nan = true;
+		else if (a > mx)
+			mx = a;
+		ss += (double)v[i] * v[i];
+	}
+	*max = nan ? NAN : mx;
+	*rms = sqrt(ss / n);
+}
+
+static void on_probe(void *ctx, const x4_probe_row *p)
+{
+	struct arm *a = ctx;
+	struct rowstat *r = &a->rows[p->block * 2 + p->sublayer];
+	int bad;
+	double rms;
+	r->seen = true;
+	r->nonfinite[0] = 0;
+	for (int s = 0; s < a->n_hc; s++) {
+		reduce(p->streams + (size_t)s * a->n_embd, a->n_embd, &r->s_max[s], &r->s_rms[s], &bad);
+		if (bad >= 0 && !r->nonfinite[0])
+			snprintf(r->nonfinite, sizeof r->nonfinite, "s%d[%d]", s, bad);
+	}
+	reduce(p->sub_out, a->n_embd, &r->y_max, &rms, &bad);
+	if (bad >= 0 && !r->nonfinite[0])
+		snprintf(r->nonfinite, sizeof r->nonfinite, "y[%d]", bad);
+	if (a->cap_in && p->block == a->capture_block && p->sublayer == 1) {
+		memcpy(a->cap_in, p->sub_in, (size_t)a->n_embd * sizeof *a->cap_in);
+		memcpy(a->cap_out, p->sub_out, (size_t)a->n_embd * sizeof *a->cap_out);
+		a->captured = p->experts != NULL;
+		for (int j = 0; p->experts && j < a->n_used; j++)
+			a->cap_experts[j] = p->experts[j];
+	}
+}
+
+static int cmp_int(const void *x, const void *y)
+{
+	return *(const int *)x - *(const int *)y;
+}
+
+/* Top-4 of the logits (NaN never ranks) and the summary fields. */
+static void summarize(struct arm *a, int n_block, int n_vocab)
+{
+	static const char *sub[2] = {"attn", "ffn"};
+	a->overflow[0] = a->nonfinite[0] = 0;
+	for (int i = 0; i < n_block * 2; i++) {
+		struct rowstat *r = &a->rows[i];
+		if (!r->seen)
+			continue;
+		bool over = !(r->y_max <= FP16_MAX) || r->nonfinite[0];
+		for (int s = 0; s < a->n_hc; s++)
+			over |= !(r->s_max[s] <= FP16_MAX);
+		if (over && !a->overflow[0])
+			snprintf(a->overflow, sizeof a->overflow, "%d:%s", i / 2, sub[i % 2]);
+		if (r->nonfinite[0] && !a->nonfinite[0])
+			snprintf(a->nonfinite, sizeof a->nonfinite, "%d:%s", i / 2, sub[i % 2]);
+	}
+	bool logits_bad = false;
+	a->n_top = 0;
+	for (int v = 0; v < n_vocab; v++) {
+		float x = a->logits[v];
+		if (!isfinite(x))
+			logits_bad = true;
+		if (isnan(x))
+			continue;
+		int j = a->n_top < TOPK ? a->n_top++ : TOPK;
+		/* strict >: on a tie the lower id keeps its rank */
+		while (j > 0 && x > a->top_v[j - 1]) {
+			if (j < TOPK) {
+				a->top_v[j] = a->top_v[j - 1];
+				a->top_id[j] = a->top_id[j - 1];
+			}
+			j--;
+		}
+		if (j < TOPK) {
+			a->top_v[j] = x;
+			a->top_id[j] = v;
+		}
+	}
+	if (logits_bad && !a->nonfinite[0])
+		snprintf(a->nonfinite, sizeof a->nonfinite, "logits");
+}
+
+static int run_arm(const x4_model *m, const x4_trunk_opts *base, struct arm *a,
+		   const int32_t *ids, size_t n, x4_err *e)
+{
+	x4_trunk_opts o = *base;
+	o.resid = a->resid;
+	o.prec = a->prec;
+	if (a->prec == X4_PREC_F64)
+		o.device = -1; /* float64 is the CPU oracle's */
+	x4_trunk *t;
+	int rc = x4_trunk_create(&t, m, &o, e);
+	if (rc)
+		return rc;
+	x4_trunk_set_probe(t, on_probe, a);
+	rc = x4_trunk_forward(t, ids, (int)n, a->logits, false, e);
+	x4_trunk_free(t);
+	return rc;
+}
+
+static void put_num(double v, bool json)
+{
+	if (isfinite(v))
+		printf("%.4g", v);
+	else if (json)
+		printf("\"%s\"", isnan(v) ? "nan" : v > 0 ? "inf" : "-inf");
+	else
+		printf("%s", isnan(v) ? "nan" : v > 0 ? "inf" : "-inf");
+}
+
+static void print_table(struct arm *arms, int n_arms, int n_block, bool json)
+{
+	static const char *sub[2] = {"attn", "ffn"};
+	int n_hc = arms[0].n_hc;
+	if (!json) {
+		printf("block\tsublayer");
+		for (int k = 0; k < n_arms; k++) {
+			for (int s = 0; s < n_hc; s++)
+				printf("\t%s_s%d_max\t%s_s%d_rms", arms[k].name, s, arms[k].name, s);
+			printf("\t%s_y_max\t%s_nonfinite", arms[k].name, arms[k].name);
+		}
+		printf("\n");
+	}
+	for (int i = 0; i < n_block * 2; i++) {
+		printf(json ? "{\"block\":%d,\"sublayer\":\"%s\"" : "%d\t%s", i / 2, sub[i % 2]);
+		for (int k = 0; k < n_arms; k++) {
+			struct rowstat *r = &arms[k].rows[i];
+			if (json) {
+				printf(",\"%s\":{\"s_max\":[", arms[k].name);
+				for (int s = 0; s < n_hc; s++) {
+					printf(s ? "," : "");
+					put_num(r->s_max[s], true);
+				}
+				printf("],\"s_rms\":[");
+				for (int s = 0; s < n_hc; s++) {
+					printf(s ? "," : "");
+					put_num(r->s_rms[s], true);
+				}
+				printf("],\"y_max\":");
+				put_num(r->y_max, true);
+				if (r->nonfinite[0])
+					printf(",\"nonfinite\":\"%s\"}", r->nonfinite);
+				else
+					printf(",\"nonfinite\":null}");
+				continue;
+			}
+			for (int s = 0; s < n_hc; s++) {
+				printf("\t");
+				put_num(r->s_max[s], false);
+				printf("\t");
+				put_num(r->s_rms[s], false);
+			}
+			printf("\t");
+			put_num(r->y_max, false);
+			printf("\t%s", r->nonfinite[0] ? r->nonfinite : "-");
+		}
+		printf(json ? "}\n" : "\n");
+	}
+}
+
+static const char *resid_name(int r)
+{
+	return r == X4_RESID_F16 ? "f16" : r == X4_RESID_BF16 ? "bf16" : "f32";
+}
+
+/* A JSON string of a path: quotes, backslashes and control bytes escaped. */
+static void put_json_str(const char *v)
+{
+	putchar('"');
+	for (const unsigned char *p = (const unsigned char *)v; *p; p++)
+		if (*p == '"' || *p == '\\')
+			printf("\\%c", *p);
+		else if (*p < 0x20)
+			printf("\\u%04x", *p);
+		else
+			putchar(*p);
+	putchar('"');
+}
+
+/* "key":"value", or "key":null for an empty value */
+static void json_opt(const char *key, const char *v)
+{
+	if (v[0])
+		printf("\"%s\":\"%s\",", key, v);
+	else
+		printf("\"%s\":null,", key);
+}
+
+static void print_summary(const struct arm *a, bool json)
+{
+	if (json) {
+		printf("{\"arm\":\"%s\",\"prec\":\"%s\",\"resid\":\"%s\",", a->name,
+		       a->prec == X4_PREC_F64 ? "f64" : "f32", resid_name(a->resid));
+		json_opt("first_fp16_overflow", a->overflow);
+		json_opt("first_nonfinite", a->nonfinite);
+		printf("\"top4\":[");
+		for (int j = 0; j < a->n_top; j++)
+			printf("%s[%d,%.6g]", j ? "," : "", a->top_id[j], a->top_v[j]);
+		printf("]}\n");
+		return;
+	}
+	printf("# %s\t%s\t%s\t%s\t%s\t", a->name, a->prec == X4_PREC_F64 ? "f64" : "f32",
+	       resid_name(a->resid), a->overflow[0] ? a->overflow : "none",
+	       a->nonfinite[0] ? a->nonfinite : "none");
+	for (int j = 0; j < a->n_top; j++)
+		printf("%s%d:%.4f", j ? "," : "", a->top_id[j], a->top_v[j]);
+	printf("%s\n", a->n_top ? "" : "none");
+}
+
+static void magnitude(const float *v, int n, double *max, double *rms)
+{
+	int bad;
+	reduce(v, n, max, rms, &bad);
+}
+
+/* --replay: the block's MoE in float64 beside the trunk's own output. */
+static int replay(const x4_model *m, const struct arm *a, int block, bool json, x4_err *e)
+{
+	int D = a->n_embd, k = a->n_used;
+	x4_moe_replay r, rf;
+	double *y = malloc((size_t)D * sizeof *y);
+	if (!y)
+		return x4_err_set(e, X4_ENOMEM, "out of memory for the replay");
+	int rc = x4_moe_replay_block(m, block, a->cap_in, NULL, &r, y, e);
+	if (rc) {
+		free(y);
+		return rc;
+	}
+	int trunk_sel[X4_REPLAY_MAX_USED];
+	memcpy(trunk_sel, a->cap_experts, (size_t)k * sizeof *trunk_sel);
+	qsort(trunk_sel, (size_t)k, sizeof *trunk_sel, cmp_int);
+	bool agree = r.n_used == k && !memcmp(trunk_sel, r.experts, (size_t)k * sizeof *trunk_sel);
+	/* A near tie can route differently in float64; the output is then
+	 * compared on the trunk's own experts so that like meets like. */
+	const x4_moe_replay *cmp = &r;
+	if (!agree) {
+		if ((rc = x4_moe_replay_block(m, block, a->cap_in, trunk_sel, &rf, y, e))) {
+			free(y);
+			return rc;
+		}
+		cmp = &rf;
+	}
+	double t_max, t_rms, diff = 0;
+	magnitude(a->cap_out, D, &t_max, &t_rms);
+	for (int i = 0; i < D; i++)
+		diff = fmax(diff, fabs(y[i] - (double)a->cap_out[i]));
+	double rel = t_max > 0 ? diff / t_max : diff;
+	free(y);
+	if (json) {
+		printf("{\"replay_block\":%d,\"router_agrees\":%s,\"experts\":[", block,
+		       agree ? "true" : "false");
+		for (int j = 0; j < r.n_used; j++)
+			printf("%s{\"id\":%d,\"weight\":%.6g,\"out_max\":%.6g,\"out_rms\":%.6g}",
+			       j ? "," : "", r.experts[j], r.weight[j], r.out_max[j], r.out_rms[j]);
+		printf("],\"shared_max\":%.6g,\"shared_rms\":%.6g,\"y_max\":%.6g,\"y_rms\":%.6g,"
+		       "\"trunk_y_max\":", r.shared_max, r.shared_rms, cmp->y_max, cmp->y_rms);
+		put_num(t_max, true);
+		printf(",\"trunk_y_rms\":");
+		put_num(t_rms, true);
+		printf(",\"rel_err\":");
+		put_num(rel, true);
+		printf("}\n");
+		return 0;
+	}
+	printf("# replay of block %d: its MoE in float64 from the dequantized weights, on the %s "
+	       "arm's captured FFN input\n", block, a->name);
+	printf("# expert\tweight\tout_max\tout_rms\n");
+	for (int j = 0; j < r.n_used; j++)
+		printf("# %d\t%.4f\t%.4g\t%.4g\n", r.experts[j], r.weight[j], r.out_max[j],
+		       r.out_rms[j]);
+	printf("# shared\t1\t%.4g\t%.4g\n", r.shared_max, r.shared_rms);
+	printf("# y_replay\t-\t%.4g\t%.4g\n", cmp->y_max, cmp->y_rms);
+	printf("# y_trunk\t-\t%.4g\t%.4g\n", t_max, t_rms);
+	printf("# trunk experts: ");
+	for (int j = 0; j < k; j++)
+		printf("%s%d", j ? "," : "", trunk_sel[j]);
+	printf(" (%s the float64 router)\n", agree ? "the same as" : "differ from");
+	printf("# replay_vs_trunk: max |y_replay - y_trunk| / max |y_trunk| = %.3g\n", rel);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	enum { O_TOK = 256, O_TOKENS, O_ARMS, O_REPLAY, O_DEVICE, O_THREADS, O_JSON, O_VERSION };
+	static const struct option lo[] = {
+		{"model", required_argument, 0, 'm'},
+		{"tokenizer", required_argument, 0, O_TOK},
+		{"prompt", required_argument, 0, 'p'},
+		{"tokens", required_argument, 0, O_TOKENS},
+		{"arms", required_argument, 0, O_ARMS},
+		{"replay", required_argument, 0, O_REPLAY},
+		{"device", required_argument, 0, O_DEVICE},
+		{"threads", required_argument, 0, O_THREADS},
+		{"json", no_argument, 0, O_JSON},
+		{"help", no_argument, 0, 'h'},
+		{"version", no_argument, 0, O_VERSION},
+		{0, 0, 0, 0},
+	};
+	const char *model = NULL, *tokdir = NULL, *prompt = NULL, *tokens = NULL;
+	const char *arm_list = "f32,f16,bf16";
+	int replay_block = -1;
+	bool json = false;
+	x4_trunk_opts base;
+	x4_trunk_opts_default(&base);
+	base.device = -1;
+	int c;
+	while ((c = getopt_long(argc, argv, "m:p:h", lo, NULL)) != -1) {
+		switch (c) {
+		case 'm': model = optarg; break;
+		case O_TOK: tokdir = optarg; break;
+		case 'p': prompt = optarg; break;
+		case O_TOKENS: tokens = optarg; break;
+		case O_ARMS: arm_list = optarg; break;
+		case O_REPLAY: replay_block = (int)parse_long(optarg, 0, INT_MAX, "--replay"); break;
+		case O_DEVICE:
+			if (strcmp(optarg, "cpu") == 0)
+				base.device = -1;
+			else if (strncmp(optarg, "cuda:", 5) == 0)
+				base.device = (int)parse_long(optarg + 5, 0, 1023, "--device cuda:");
+			else
+				die_usage("--device: expected cpu or cuda:N, got", optarg);
+			break;
+		case O_THREADS: base.threads = (int)parse_long(optarg, 0, 4096, "--threads"); break;
+		case O_JSON: json = true; break;
+		case 'h': usage(stdout); return 0;
+		case O_VERSION:
+			printf(PROG " %s (commit %s, CUDA runtime %s)\n", x4_version(), x4_commit(),
+			       x4_cuda_runtime());
+			return 0;
+		default: usage(stderr); return 2;
+		}
+	}
+	if (optind < argc)
+		die_usage("unexpected argument", argv[optind]);
+	if (!!prompt == !!tokens) {
+		fprintf(stderr, PROG ": give the input once: -p TEXT or --tokens IDS (see " PROG
+			" -h)\n");
+		return 2;
+	}
+
+	/* The arms, then the float64 reference last. */
+	struct arm arms[4];
+	int n_arms = 0;
+	memset(arms, 0, sizeof arms);
+	{
+		char list[64];
+		if (strlen(arm_list) >= sizeof list)
+			die_usage("--arms: expected a list of f32, f16, bf16, got", arm_list);
+		strcpy(list, arm_list);
+		char *save = NULL;
+		for (char *w = strtok_r(list, ",", &save); w; w = strtok_r(NULL, ",", &save)) {
+			int resid = strcmp(w, "f32") == 0 ? X4_RESID_F32 : strcmp(w, "f16") == 0
+				? X4_RESID_F16 : strcmp(w, "bf16") == 0 ? X4_RESID_BF16 : -1;
+			if (resid < 0)
+				die_usage("--arms: expected a list of f32, f16, bf16, got", arm_list);
+			for (int k = 0; k < n_arms; k++)
+				if (arms[k].resid == resid)
+					die_usage("--arms: an arm is named twice in", arm_list);
+			arms[n_arms].resid = resid;
+			arms[n_arms++].name = resid_name(resid);
+		}
+		if (!n_arms)
+			die_usage("--arms: expected a list of f32, f16, bf16, got", arm_list);
+	}
+	arms[n_arms].name = "f64";
+	arms[n_arms].resid = X4_RESID_F32;
+	arms[n_arms].prec = X4_PREC_F64;
+
+	char defmodel[4096];
+	if (!model) {
+		default_model(defmodel, sizeof defmodel);
+		model = defmodel;
+	}
+	x4_err e = {0};
+	x4_paths paths;
+	x4_model *m = NULL;
+	if (x4_paths_resolve(model, tokdir, &paths, &e) || x4_model_open(&m, &paths, &e)) {
+		fprintf(stderr, PROG ": %s%s\n", e.msg, model == defmodel
+			? " (the default model is the tiny preset: run `make tiny`, or give -m)" : "");
+		return 1;
+	}
+	const x4_config *cfg = x4_model_config(m);
+	if (cfg->n_hc > MAX_HC || cfg->n_expert_used > X4_REPLAY_MAX_USED) {
+		fprintf(stderr, PROG ": %d streams and %d experts a token: this tool handles at "
+			"most %d and %d\n", cfg->n_hc, cfg->n_expert_used, MAX_HC, X4_REPLAY_MAX_USED);
+		return 1;
+	}
+	if (replay_block >= 0 && (replay_block < cfg->n_dense || replay_block >= cfg->n_block)) {
+		fprintf(stderr, PROG ": --replay %d: not an MoE block; this model's MoE blocks are "
+			"%d..%d\n", replay_block, cfg->n_dense, cfg->n_block - 1);
+		return 2;
+	}
+	size_t n_ids;
+	int32_t *ids;
+	if (tokens) {
+		ids = parse_ids(tokens, &n_ids);
+	} else if (x4_tokenize(x4_model_tokenizer(m), prompt, strlen(prompt), 0, &ids, &n_ids, &e)) {
+		fprintf(stderr, PROG ": cannot tokenize the prompt: %s\n", e.msg);
+		return 1;
+	}
+	if (!n_ids) {
+		fprintf(stderr, PROG ": the prompt has no tokens\n");
+		return 1;
+	}
+	for (size_t i = 0; i < n_ids; i++)
+		if (ids[i] >= cfg->n_vocab) {
+			fprintf(stderr, PROG ": token id %d is outside the vocabulary [0, %d)\n", ids[i],
+				cfg->n_vocab);
+			return 1;
+		}
+
+	int f32_arm = -1;
+	for (int k = 0; k <= n_arms; k++) {
+		struct arm *a = &arms[k];
+		a->n_embd = cfg->n_embd;
+		a->n_hc = cfg->n_hc;
+		a->n_used = cfg->n_expert_used;
+		a->capture_block = -1;
+		a->rows = calloc((size_t)cfg->n_block * 2, sizeof *a->rows);
+		a->logits = malloc((size_t)cfg->n_vocab * sizeof *a->logits);
+		if (!a->rows || !a->logits) {
+			fprintf(stderr, PROG ": out of memory\n");
+			return 1;
+		}
+		if (k < n_arms && a->resid == X4_RESID_F32) {
+			f32_arm = k;
+			if (replay_block >= 0) {
+				a->capture_block = replay_block;
+				a->cap_in = malloc((size_t)cfg->n_embd * sizeof *a->cap_in);
+				a->cap_out = malloc((size_t)cfg->n_embd * sizeof *a->cap_out);
+				if (!a->cap_in || !a->cap_out) {
+					fprintf(stderr, PROG ": out of memory\n");
+					return 1;
+				}
+			}
+		}
+		if (run_arm(m, &base, a, ids, n_ids, &e)) {
+			fprintf(stderr, PROG ": the %s arm: %s\n", a->name, e.msg);
+			return 1;
+		}
+		summarize(a, cfg->n_block, cfg->n_vocab);
+	}
+	if (replay_block >= 0 && f32_arm < 0) {
+		fprintf(stderr, PROG ": --replay replays on the f32 arm's activation: add f32 to "
+			"--arms\n");
+		return 2;
+	}
+
+	print_table(arms, n_arms, cfg->n_block, json);
+	if (!json)
+		printf("# arm\tprec\tresid\tfirst_fp16_overflow\tfirst_nonfinite\ttop4\n");
+	for (int k = 0; k <= n_arms; k++)
+		print_summary(&arms[k], json);
+	if (f32_arm >= 0) {
+		const struct arm *a = &arms[f32_arm], *r = &arms[n_arms];
+		bool same = a->n_top == r->n_top &&
+			    !memcmp(a->top_id, r->top_id, (size_t)a->n_top * sizeof *a->top_id);
+		printf(json ? "{\"f32_top4_ids_equal_f64\":%s}\n" : "# f32_top4_ids_equal_f64: %s\n",
+		       json ? (same ? "true" : "false") : (same ? "yes" : "no"));
+	}
+	/* Provenance: what is needed to trust the table later. */
+	char device[32];
+	snprintf(device, sizeof device, base.device < 0 ? "cpu" : "cuda:%d", base.device);
+	if (json) {
+		printf("{\"model\":");
+		put_json_str(paths.gguf);
+		printf(",\"fingerprint\":\"%s\",\"commit\":\"%s\",\"tokens\":[",
+		       x4_model_fingerprint(m), x4_commit());
+	} else {
+		printf("# model %s fingerprint %s commit %s tokens ", paths.gguf,
+		       x4_model_fingerprint(m), x4_commit());
+	}
+	for (size_t i = 0; i < n_ids; i++)
+		printf("%s%d", i ? "," : "", ids[i]);
+	printf(json ? "],\"device\":\"%s\"}\n" : " device %s\n", device);
+	if (replay_block >= 0) {
+		const struct arm *a = &arms[f32_arm];
+		if (!a->captured) {
+			fprintf(stderr, PROG ": --replay %d: the trunk reported no MoE routing for that "
+				"block\n", replay_block);
+			return 1;
+		}
+		fflush(stdout);
+		if (replay(m, a, replay_block, json, &e)) {
+			fprintf(stderr, PROG ": --replay %d: %s\n", replay_block, e.msg);
+			return 1;
+		}
+	}
+	fflush(stdout);
+	int status = f32_arm >= 0 && arms[f32_arm].nonfinite[0] ? 1 : 0;
+	for (int k = 0; k <= n_arms; k++) {
+		free(arms[k].rows);
+		free(arms[k].logits);
+		free(arms[k].cap_in);
+		free(arms[k].cap_out);
+	}
+	free(ids);
+	x4_model_close(m);
+	return status;
+}

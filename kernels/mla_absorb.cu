@@ -1,0 +1,97 @@
+/*
+ * mla_absorb.cu - the two per-head BF16 products around the absorbed
+ * attention (spec 6.5): q-tilde[h] = W_kb[h] q_nope[h] (512 x 128 a head) and
+ * o[h] = W_vb[h] o-bar[h] (128 x 512 a head).  One kernel for both: a warp a
+ * weight row, the row held in registers while the warp walks the tokens, so
+ * a prefill chunk reads each weight once; fp32 sums.
+ */
+#include "core_dev.cuh"
+
+namespace {
+
+/* y[t][b][r] = sum_k W[b][r][k] x[t][b][k], k <= 64 * NP and even. */
+template <int NP>
+__global__ void __launch_bounds__(256)
+bmv_kernel(int rows, int k, const uint16_t *__restrict__ W, int n_tok, const float *__restrict__ x,
+	   long x_tok, int x_b, float *__restrict__ y, long y_tok, int y_b)
+{
+	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+	const int r = blockIdx.x * 8 + warp, b = blockIdx.y, kp = k / 2;
+	if (r >= rows)
+		return;
+	const unsigned *w = reinterpret_cast<const unsigned *>(W + ((size_t)b * rows + r) * k);
+	float2 wr[NP];
+#pragma unroll
+	for (int j = 0; j < NP; j++) {
+		int p = lane + 32 * j;
+		wr[j] = p < kp ? x4c::bf16x2(__ldg(w + p)) : make_float2(0.f, 0.f);
+	}
+	for (int t = 0; t < n_tok; t++) {
+		const float2 *xv = reinterpret_cast<const float2 *>(x + t * x_tok + (long)b * x_b);
+		float acc = 0;
+#pragma unroll
+		for (int j = 0; j < NP; j++) {
+			int p = lane + 32 * j;
+			if (p < kp) {
+				float2 v = xv[p];
+				acc = fmaf(wr[j].x, v.x, acc);
+				acc = fmaf(wr[j].y, v.y, acc);
+			}
+		}
+		acc = x4c::warp_sum(acc);
+		if (lane == 0)
+			y[t * y_tok + (long)b * y_b + r] = acc;
+	}
+}
+
+int bmv(int batch, int rows, int k, const uint16_t *W, int n_tok, const float *x, long x_tok,
+	int x_b, float *y, long y_tok, int y_b, cudaStream_t s, const char *who, x4_err *e)
+{
+	dim3 grid((rows + 7) / 8, batch);
+	int np = (k / 2 + 31) / 32;
+	if (np <= 1)
+		bmv_kernel<1><<<grid, 256, 0, s>>>(rows, k, W, n_tok, x, x_tok, x_b, y, y_tok, y_b);
+	else if (np <= 2)
+		bmv_kernel<2><<<grid, 256, 0, s>>>(rows, k, W, n_tok, x, x_tok, x_b, y, y_tok, y_b);
+	else if (np <= 4)
+		bmv_kernel<4><<<grid, 256, 0, s>>>(rows, k, W, n_tok, x, x_tok, x_b, y, y_tok, y_b);
+	else
+		bmv_kernel<8><<<grid, 256, 0, s>>>(rows, k, W, n_tok, x, x_tok, x_b, y, y_tok, y_b);
+	return x4_cuda_launched(who, e);
+}
+
+bool aligned8(const void *p) { return ((uintptr_t)p & 7) == 0; }
+
+} /* namespace */
+
+extern "C" int x4k_mla_absorb_q(int n_tok, int n_head, int kv_lora, int d_nope, int d_rope,
+				const uint16_t *w_kb, const float *q, float *qt, cudaStream_t s,
+				x4_err *e)
+{
+	if (n_tok < 0 || n_head < 1 || n_head > 65535 || kv_lora < 1 || d_nope < 2 ||
+	    d_nope > 512 || d_nope % 2 || d_rope < 0 || d_rope % 2)
+		return x4_err_set(e, X4_EINVAL, "x4k_mla_absorb_q: bad shape (%d heads, kv_lora %d, "
+				  "nope %d (even, <= 512), rope %d)", n_head, kv_lora, d_nope, d_rope);
+	if (n_tok == 0)
+		return 0;
+	if (!w_kb || !q || !qt || !aligned8(q) || ((uintptr_t)w_kb & 3))
+		return x4_err_set(e, X4_EINVAL, "x4k_mla_absorb_q: NULL or misaligned buffer");
+	int dqk = d_nope + d_rope, cw = kv_lora + d_rope;
+	return bmv(n_head, kv_lora, d_nope, w_kb, n_tok, q, (long)n_head * dqk, dqk, qt,
+		   (long)n_head * cw, cw, s, "x4k_mla_absorb_q: launch", e);
+}
+
+extern "C" int x4k_mla_expand_v(int n_tok, int n_head, int kv_lora, int d_v, const uint16_t *w_vb,
+				const float *ob, float *o, cudaStream_t s, x4_err *e)
+{
+	if (n_tok < 0 || n_head < 1 || n_head > 65535 || kv_lora < 2 || kv_lora > 512 ||
+	    kv_lora % 2 || d_v < 1)
+		return x4_err_set(e, X4_EINVAL, "x4k_mla_expand_v: bad shape (%d heads, kv_lora %d "
+				  "(even, <= 512), d_v %d)", n_head, kv_lora, d_v);
+	if (n_tok == 0)
+		return 0;
+	if (!w_vb || !ob || !o || !aligned8(ob) || ((uintptr_t)w_vb & 3))
+		return x4_err_set(e, X4_EINVAL, "x4k_mla_expand_v: NULL or misaligned buffer");
+	return bmv(n_head, d_v, kv_lora, w_vb, n_tok, ob, (long)n_head * kv_lora, kv_lora, o,
+		   (long)n_head * d_v, d_v, s, "x4k_mla_expand_v: launch", e);
+}

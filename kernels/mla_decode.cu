@@ -1,0 +1,98 @@
+/*
+ * mla_decode.cu - decode attention over the fp16 latent cache, split across
+ * the SMs (flash-decoding; the core is mla_attn.cuh), and the kernel that
+ * combines the splits' partial max, sum and accumulators.  The grid is fixed
+ * by max_ctx; the context length comes from *pos on the device, so one graph
+ * serves every step.
+ */
+#include "mla_attn.cuh"
+
+using namespace x4c;
+
+namespace {
+
+__global__ void __launch_bounds__(MLA_MAX_SPLIT)
+mla_combine_kernel(mla_params a, int nsplit)
+{
+	__shared__ float sw[MLA_MAX_SPLIT];
+	__shared__ float red[32];
+	const int h = blockIdx.x, tok = blockIdx.y, tid = threadIdx.x;
+	int span, nsp;
+	mla_span(mla_len(a, tok), nsplit, &span, &nsp);
+	float *o = a.ob + ((size_t)tok * a.n_head + h) * a.kv_lora;
+	if (nsp == 0) { /* nothing to attend: a defined zero (uniform branch) */
+		for (int c = tid; c < a.kv_lora; c += blockDim.x)
+			o[c] = 0.f;
+		return;
+	}
+	const size_t base = (size_t)tok * nsplit * a.n_head + h;
+	float m = tid < nsp ? a.pm[base + (size_t)tid * a.n_head] : -INFINITY;
+	const float M = block_max(m, red);
+	float w = tid < nsp ? expf(m - M) : 0.f;
+	float lw = tid < nsp ? a.pl[base + (size_t)tid * a.n_head] * w : 0.f;
+	const float L = block_sum(lw, red);
+	if (tid < MLA_MAX_SPLIT)
+		sw[tid] = w;
+	__syncthreads();
+	const float inv = 1.0f / L;
+	for (int c = tid; c < a.kv_lora; c += blockDim.x) {
+		float t = 0;
+		for (int i = 0; i < nsp; i++)
+			t = fmaf(__ldg(a.pacc + (base + (size_t)i * a.n_head) * a.kv_lora + c), sw[i], t);
+		o[c] = t * inv;
+	}
+}
+
+bool aligned(const void *p, size_t n) { return ((uintptr_t)p % n) == 0; }
+
+} /* namespace */
+
+extern "C" size_t x4k_mla_decode_workspace_bytes(int n_head, int kv_lora, int max_ctx)
+{
+	if (n_head < 1 || kv_lora < 1 || max_ctx < 1)
+		return 0;
+	size_t ns = (size_t)mla_nsplit(max_ctx);
+	return sizeof(float) * ns * (size_t)n_head * (2 + (size_t)kv_lora) + 256;
+}
+
+extern "C" int x4k_mla_decode(int n_head, int kv_lora, int d_rope, const float *qt,
+			      const uint16_t *cache, int max_ctx, const int *pos, float kq_scale,
+			      float *ob, void *ws, size_t ws_bytes, cudaStream_t s, x4_err *e)
+{
+	int cw = kv_lora + d_rope;
+	if (n_head < 1 || n_head > 65535 * MLA_HG || kv_lora < 2 || kv_lora > 2 * MLA_THREADS ||
+	    kv_lora % 2 || d_rope < 0 || d_rope % 2 || cw > 1024 || max_ctx < 1)
+		return x4_err_set(e, X4_EINVAL, "x4k_mla_decode: bad shape (%d heads, kv_lora %d "
+				  "(even, <= 512), rope %d (even), row <= 1024, max_ctx %d)",
+				  n_head, kv_lora, d_rope, max_ctx);
+	if (!qt || !cache || !pos || !ob || !ws)
+		return x4_err_set(e, X4_EINVAL, "x4k_mla_decode: NULL buffer");
+	if (!aligned(qt, 8) || !aligned(cache, 4) || !aligned(ob, 8) || !aligned(ws, 8))
+		return x4_err_set(e, X4_EINVAL, "x4k_mla_decode: misaligned buffer");
+	size_t need = x4k_mla_decode_workspace_bytes(n_head, kv_lora, max_ctx);
+	if (ws_bytes < need)
+		return x4_err_set(e, X4_EINVAL, "x4k_mla_decode: workspace of %zu bytes, %zu needed",
+				  ws_bytes, need);
+	const int nsplit = mla_nsplit(max_ctx);
+	mla_params a;
+	a.qt = qt;
+	a.cache = reinterpret_cast<const __half2 *>(cache);
+	a.pos = pos;
+	a.ob = ob;
+	a.pm = (float *)ws;
+	a.pl = a.pm + (size_t)nsplit * n_head;
+	a.pacc = a.pl + (size_t)nsplit * n_head;
+	a.pacc += (8 - ((uintptr_t)a.pacc / sizeof(float)) % 2) % 2; /* 8-byte aligned rows */
+	a.n_head = n_head;
+	a.kv_lora = kv_lora;
+	a.cw = cw;
+	a.max_ctx = max_ctx;
+	a.scale = kq_scale;
+	dim3 grid(nsplit, (n_head + MLA_HG - 1) / MLA_HG, 1);
+	mla_attn_kernel<<<grid, MLA_THREADS, mla_smem_bytes(cw), s>>>(a);
+	int rc = x4_cuda_launched("x4k_mla_decode: attention", e);
+	if (rc || nsplit == 1)
+		return rc;
+	mla_combine_kernel<<<dim3(n_head, 1), MLA_MAX_SPLIT, 0, s>>>(a, nsplit);
+	return x4_cuda_launched("x4k_mla_decode: combine", e);
+}

@@ -1,0 +1,287 @@
+/*
+ * moe_experts.cu - the routed experts as one grouped kernel family, used at
+ * prefill and at decode (x4_kern.h section 1; record section 4).
+ *
+ * A block takes one tile of the route table (up to `tile` routes of one
+ * expert) and a slice of output rows.  gate and up are computed together
+ * and the SwiGLU product is written fp32 to the route's row of h (h rows in
+ * route-table order); down reads those rows and writes route t*k+s's output
+ * to row t*k+s of `out`: every element has exactly one writer, and every
+ * sum inside runs in a fixed order, so the answer is the same on every run
+ * and for any permutation of the routes within an expert.  The top-k sum is
+ * a separate reduction in ascending expert id (spec 6.7).
+ *
+ * Tiles of 64 routes use the gemm core (a dequantized weight slice reused
+ * by 64 routes); tiles of at most 4 use the gemv core (each weight row read
+ * once for the tile's 1 or 4 routes), which is the decode shape.
+ */
+#include "cuda_check.h"
+#include "x4_kern.h"
+#include "quant_dev.cuh"
+
+using namespace x4d;
+
+#define T_EXP X4_T_IQ4_NL
+#define SMALL_NV 4
+#define MAX_K 8
+
+/* The tile's expert, first route index and route count; false past the end. */
+__device__ __forceinline__ bool tile_of(const x4k_moe_routes &r, int *ex, int *start, int *cnt)
+{
+	const int t = blockIdx.x;
+	if (t >= *r.n_tiles)
+		return false;
+	*ex = r.tile_expert[t];
+	*start = r.tile_start[t];
+	const int left = r.offsets[*ex + 1] - *start;
+	*cnt = left < r.tile ? left : r.tile;
+	return true;
+}
+
+/* ---- decode shape: gemv core ---- */
+
+template <int NV>
+__device__ __forceinline__ void gu_gemv(uint8_t *smem, const float *const *xsrc, const uint8_t *g,
+					const uint8_t *u, int row, int d, int f, int start, int cnt, float *h)
+{
+	const uint8_t *const wr[2] = { g, u };
+	float acc[2][NV];
+	gemv_block<T_EXP, NV, 2>(smem, wr, row, d, xsrc, acc);
+	if (row >= 0 && (threadIdx.x & 31) == 0)
+#pragma unroll
+		for (int v = 0; v < NV; v++)
+			if (v < cnt)
+				h[(size_t)(start + v) * f + row] = silu(acc[0][v]) * acc[1][v];
+}
+
+__global__ void __launch_bounds__(GEMV_WARPS * 32)
+moe_gu_gemv(x4k_moe_routes r, const float *__restrict__ x, int d, int f, const uint8_t *__restrict__ gate,
+	    const uint8_t *__restrict__ up, float *__restrict__ h)
+{
+	__shared__ __align__(16) uint8_t smem[gemv_smem<T_EXP, SMALL_NV, 2>::BYTES];
+	__shared__ const float *xsrc[SMALL_NV];
+	int ex, start, cnt;
+	if (!tile_of(r, &ex, &start, &cnt))
+		return;
+	if (threadIdx.x < SMALL_NV) /* read after gemv_block's first barrier */
+		xsrc[threadIdx.x] = (int)threadIdx.x < cnt
+			? x + (size_t)(r.route[start + threadIdx.x] / r.k) * d : nullptr;
+	const int row = blockIdx.y * GEMV_WARPS + (threadIdx.x >> 5);
+	const bool ok = row < f;
+	const size_t rb = row_bytes(T_EXP, d), at = ((size_t)ex * f + (ok ? row : 0)) * rb;
+	if (cnt == 1)
+		gu_gemv<1>(smem, xsrc, gate + at, up + at, ok ? row : -1, d, f, start, cnt, h);
+	else
+		gu_gemv<SMALL_NV>(smem, xsrc, gate + at, up + at, ok ? row : -1, d, f, start, cnt, h);
+}
+
+template <int NV>
+__device__ __forceinline__ void down_gemv(uint8_t *smem, const float *const *xsrc, const uint8_t *w,
+					  int row, int d, int f, const int32_t *route, int cnt,
+					  float *out)
+{
+	const uint8_t *const wr[1] = { w };
+	float acc[1][NV];
+	gemv_block<T_EXP, NV, 1>(smem, wr, row, f, xsrc, acc);
+	if (row >= 0 && (threadIdx.x & 31) == 0)
+#pragma unroll
+		for (int v = 0; v < NV; v++)
+			if (v < cnt)
+				out[(size_t)route[v] * d + row] = acc[0][v];
+}
+
+__global__ void __launch_bounds__(GEMV_WARPS * 32)
+moe_down_gemv(x4k_moe_routes r, int d, int f, const uint8_t *__restrict__ down,
+	      const float *__restrict__ h, float *__restrict__ out)
+{
+	__shared__ __align__(16) uint8_t smem[gemv_smem<T_EXP, SMALL_NV, 1>::BYTES];
+	__shared__ const float *xsrc[SMALL_NV];
+	int ex, start, cnt;
+	if (!tile_of(r, &ex, &start, &cnt))
+		return;
+	if (threadIdx.x < SMALL_NV)
+		xsrc[threadIdx.x] = (int)threadIdx.x < cnt ? h + (size_t)(start + threadIdx.x) * f : nullptr;
+	const int row = blockIdx.y * GEMV_WARPS + (threadIdx.x >> 5);
+	const bool ok = row < d;
+	const uint8_t *w = down + ((size_t)ex * d + (ok ? row : 0)) * row_bytes(T_EXP, f);
+	if (cnt == 1)
+		down_gemv<1>(smem, xsrc, w, ok ? row : -1, d, f, r.route + start, cnt, out);
+	else
+		down_gemv<SMALL_NV>(smem, xsrc, w, ok ? row : -1, d, f, r.route + start, cnt, out);
+}
+
+/* ---- prefill shape: gemm core ---- */
+
+__global__ void __launch_bounds__(GEMM_THREADS)
+moe_gu_gemm(x4k_moe_routes r, const float *__restrict__ x, int d, int f, const uint8_t *__restrict__ gate,
+	    const uint8_t *__restrict__ up, float *__restrict__ h)
+{
+	__shared__ __align__(16) uint8_t smem[gemm_smem<2>::BYTES];
+	const float **xrow = reinterpret_cast<const float **>(smem + gemm_smem<2>::BYTES - TT * 8);
+	int ex, start, cnt;
+	if (!tile_of(r, &ex, &start, &cnt))
+		return;
+	if (threadIdx.x < TT) /* read after gemm_block's first barrier */
+		xrow[threadIdx.x] = x + (size_t)(r.route[start + min((int)threadIdx.x, cnt - 1)] / r.k) * d;
+	const size_t at = (size_t)ex * f * row_bytes(T_EXP, d);
+	const uint8_t *const wm[2] = { gate + at, up + at };
+	const int n0 = blockIdx.y * TN;
+	float acc[2][4][4];
+	gemm_block<T_EXP, 2>(smem, wm, f, d, n0, xrow, cnt, acc);
+	const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
+#pragma unroll
+	for (int j = 0; j < 4; j++)
+#pragma unroll
+		for (int i = 0; i < 4; i++) {
+			const int row = n0 + tx + 16 * i, t = ty + 16 * j;
+			if (row < f && t < cnt)
+				h[(size_t)(start + t) * f + row] = silu(acc[0][i][j]) * acc[1][i][j];
+		}
+}
+
+__global__ void __launch_bounds__(GEMM_THREADS)
+moe_down_gemm(x4k_moe_routes r, int d, int f, const uint8_t *__restrict__ down,
+	      const float *__restrict__ h, float *__restrict__ out)
+{
+	__shared__ __align__(16) uint8_t smem[gemm_smem<1>::BYTES];
+	const float **xrow = reinterpret_cast<const float **>(smem + gemm_smem<1>::BYTES - TT * 8);
+	int ex, start, cnt;
+	if (!tile_of(r, &ex, &start, &cnt))
+		return;
+	if (threadIdx.x < TT)
+		xrow[threadIdx.x] = h + (size_t)(start + min((int)threadIdx.x, cnt - 1)) * f;
+	const uint8_t *const wm[1] = { down + (size_t)ex * d * row_bytes(T_EXP, f) };
+	const int n0 = blockIdx.y * TN;
+	float acc[1][4][4];
+	gemm_block<T_EXP, 1>(smem, wm, d, f, n0, xrow, cnt, acc);
+	const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
+#pragma unroll
+	for (int j = 0; j < 4; j++) {
+		const int t = ty + 16 * j;
+		if (t >= cnt)
+			continue;
+		const size_t o = (size_t)r.route[start + t] * d;
+#pragma unroll
+		for (int i = 0; i < 4; i++) {
+			const int row = n0 + tx + 16 * i;
+			if (row < d)
+				out[o + row] = acc[0][i][j];
+		}
+	}
+}
+
+/* ---- the top-k sum ---- */
+
+/* y[t][c] = sum over t's slots in ascending expert id of wts * out, then
+ * + shared.  The k slots are visited by repeated minimum (ids are distinct),
+ * with every array index a compile-time constant. */
+__global__ void moe_reduce_kernel(x4k_moe_routes r, const float *__restrict__ out,
+				  const float *__restrict__ shared, int d, float *__restrict__ y)
+{
+	const int t = blockIdx.y, c = blockIdx.x * blockDim.x + threadIdx.x;
+	if (c >= d)
+		return;
+	const int k = r.k;
+	int ex[MAX_K];
+	float w[MAX_K];
+#pragma unroll
+	for (int s = 0; s < MAX_K; s++) {
+		const int e = s < k ? r.sel[(size_t)t * k + s] : -1;
+		ex[s] = e >= 0 && e < r.n_expert ? e : 0x7fffffff; /* dropped by the table */
+		w[s] = s < k ? r.wts[(size_t)t * k + s] : 0.f;
+	}
+	float acc = 0.f;
+	int prev = -1;
+#pragma unroll
+	for (int step = 0; step < MAX_K; step++) {
+		int best = 0x7fffffff, bs = 0;
+		float bw = 0.f;
+#pragma unroll
+		for (int s = 0; s < MAX_K; s++)
+			if (ex[s] > prev && ex[s] < best) {
+				best = ex[s];
+				bs = s;
+				bw = w[s];
+			}
+		if (best == 0x7fffffff)
+			break;
+		acc += bw * out[((size_t)t * k + bs) * d + c];
+		prev = best;
+	}
+	if (shared)
+		acc += shared[(size_t)t * d + c];
+	y[(size_t)t * d + c] = acc;
+}
+
+/* ---- entry points ---- */
+
+static size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
+
+extern "C" size_t x4k_moe_experts_workspace_bytes(int n_tok, int k, int d, int f)
+{
+	if (n_tok < 0 || k <= 0 || d <= 0 || f <= 0)
+		return 0;
+	const size_t nr = (size_t)n_tok * k;
+	return align256(nr * f * 4) + align256(nr * d * 4);
+}
+
+extern "C" int x4k_moe_experts(const x4k_moe_routes *r, int type, const float *x, int d, int f,
+			       const void *gate, const void *up, const void *down, void *ws,
+			       size_t ws_bytes, const float **out, cudaStream_t s, x4_err *e)
+{
+	if (!r || !x || !gate || !up || !down || !ws)
+		return x4_err_set(e, X4_EINVAL, "x4k_moe_experts: NULL argument");
+	if (type != X4_T_IQ4_NL)
+		return x4_err_set(e, X4_EINVAL, "x4k_moe_experts: expert weights are %s; this kernel takes IQ4_NL",
+				  x4_type_name(type));
+	int rc = check_matrix("x4k_moe_experts gate", type, gate, f, d, e);
+	if (!rc)
+		rc = check_matrix("x4k_moe_experts up", type, up, f, d, e);
+	if (!rc)
+		rc = check_matrix("x4k_moe_experts down", type, down, d, f, e);
+	if (rc)
+		return rc;
+	if (r->tile != TT && (r->tile < 1 || r->tile > SMALL_NV))
+		return x4_err_set(e, X4_EINVAL, "x4k_moe_experts: tile of %d routes; it must be 1..%d or %d",
+				  r->tile, SMALL_NV, TT);
+	const size_t need = x4k_moe_experts_workspace_bytes(r->n_tok, r->k, d, f);
+	if (ws_bytes < need || ((uintptr_t)ws & 255))
+		return x4_err_set(e, X4_EINVAL, "x4k_moe_experts: workspace of %zu bytes; need %zu, 256-aligned",
+				  ws_bytes, need);
+	const size_t nr = (size_t)r->n_tok * r->k;
+	float *h = static_cast<float *>(ws);
+	float *o = reinterpret_cast<float *>(static_cast<uint8_t *>(ws) + align256(nr * f * 4));
+	if (out)
+		*out = o;
+	if (nr == 0)
+		return 0;
+	const uint8_t *g8 = static_cast<const uint8_t *>(gate), *u8 = static_cast<const uint8_t *>(up);
+	const uint8_t *d8 = static_cast<const uint8_t *>(down);
+	const unsigned tiles = (unsigned)r->max_tiles;
+	if (r->tile == TT) {
+		moe_gu_gemm<<<dim3(tiles, (f + TN - 1) / TN), GEMM_THREADS, 0, s>>>(*r, x, d, f, g8, u8, h);
+		X4_CUDA_TRY(cudaGetLastError(), "x4k_moe_experts: gate/up launch", e);
+		moe_down_gemm<<<dim3(tiles, (d + TN - 1) / TN), GEMM_THREADS, 0, s>>>(*r, d, f, d8, h, o);
+	} else {
+		moe_gu_gemv<<<dim3(tiles, (f + GEMV_WARPS - 1) / GEMV_WARPS), GEMV_WARPS * 32, 0, s>>>(
+			*r, x, d, f, g8, u8, h);
+		X4_CUDA_TRY(cudaGetLastError(), "x4k_moe_experts: gate/up launch", e);
+		moe_down_gemv<<<dim3(tiles, (d + GEMV_WARPS - 1) / GEMV_WARPS), GEMV_WARPS * 32, 0, s>>>(
+			*r, d, f, d8, h, o);
+	}
+	return x4_cuda_launched("x4k_moe_experts: down launch", e);
+}
+
+extern "C" int x4k_moe_reduce(const x4k_moe_routes *r, const float *out, const float *shared, int d,
+			      float *y, cudaStream_t s, x4_err *e)
+{
+	if (!r || !out || !y || d <= 0 || r->k > MAX_K)
+		return x4_err_set(e, X4_EINVAL, "x4k_moe_reduce: NULL buffer, width %d or k %d", d,
+				  r ? r->k : 0);
+	if (r->n_tok == 0)
+		return 0;
+	if (r->n_tok > 65535)
+		return x4_err_set(e, X4_EINVAL, "x4k_moe_reduce: %d tokens; at most 65535 a call", r->n_tok);
+	moe_reduce_kernel<<<dim3((d + 255) / 256, r->n_tok), 256, 0, s>>>(*r, out, shared, d, y);
+	return x4_cuda_launched("x4k_moe_reduce: launch", e);
+}

@@ -1,0 +1,219 @@
+/*
+ * moe_router.cu - the MoE router (spec 6.7: fp32 sigmoid, top-k on score +
+ * bias with the lower index winning a tie, weights from the unbiased scores)
+ * and the route table, built on the device so that nothing is read back
+ * and the MoE can be captured into a graph (record section 6: the one
+ * read-back, a bincount, is what refused the capture).
+ */
+#include "cuda_check.h"
+#include "x4_kern.h"
+
+#define ROUTER_THREADS 256
+#define TABLE_THREADS 512
+#define MAX_EXPERTS 256
+#define MAX_K 8
+
+static size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
+
+static int max_tiles(int n_route, int n_expert, int tile)
+{
+	/* every tile holds at least one route, and an expert wastes at most
+	 * one partial tile */
+	long long b = ((long long)n_route + tile - 1) / tile + n_expert;
+	return (int)(b < n_route ? b : n_route);
+}
+
+extern "C" int x4k_moe_tile(int n_tok, int k)
+{
+	return (long long)n_tok * k <= 32 ? 4 : 64;
+}
+
+extern "C" size_t x4k_moe_routes_bytes(int n_tok, int k, int n_expert, int tile)
+{
+	if (n_tok < 0 || k <= 0 || n_expert <= 0 || tile <= 0)
+		return 0;
+	size_t r = (size_t)n_tok * k, mt = (size_t)max_tiles((int)r, n_expert, tile);
+	return align256(r * 4) * 3 + align256((size_t)n_expert * 4) + align256(((size_t)n_expert + 1) * 4) +
+	       align256(mt * 4) * 2 + align256(4);
+}
+
+extern "C" int x4k_moe_routes_init(x4k_moe_routes *r, void *ws, size_t ws_bytes, int n_tok, int k,
+				   int n_expert, int tile, x4_err *e)
+{
+	if (n_tok < 0 || k <= 0 || k > MAX_K || n_expert <= 0 || n_expert > MAX_EXPERTS || k > n_expert ||
+	    (tile != 64 && (tile < 1 || tile > 4)) || (long long)n_tok * k > 0x7fffffff)
+		return x4_err_set(e, X4_EINVAL,
+				  "x4k_moe_routes_init: %d tokens, top-%d of %d experts, tile %d: "
+				  "need k <= 8, experts <= 256, tile 1..4 or 64",
+				  n_tok, k, n_expert, tile);
+	size_t need = x4k_moe_routes_bytes(n_tok, k, n_expert, tile);
+	if (!ws || ws_bytes < need || ((uintptr_t)ws & 255))
+		return x4_err_set(e, X4_EINVAL,
+				  "x4k_moe_routes_init: workspace of %zu bytes at %p; need %zu, 256-aligned",
+				  ws_bytes, ws, need);
+	size_t nr = (size_t)n_tok * k;
+	uint8_t *p = static_cast<uint8_t *>(ws);
+	r->n_tok = n_tok;
+	r->k = k;
+	r->n_expert = n_expert;
+	r->tile = tile;
+	r->max_tiles = max_tiles((int)nr, n_expert, tile);
+	r->sel = reinterpret_cast<int32_t *>(p), p += align256(nr * 4);
+	r->wts = reinterpret_cast<float *>(p), p += align256(nr * 4);
+	r->route = reinterpret_cast<int32_t *>(p), p += align256(nr * 4);
+	r->counts = reinterpret_cast<int32_t *>(p), p += align256((size_t)n_expert * 4);
+	r->offsets = reinterpret_cast<int32_t *>(p), p += align256(((size_t)n_expert + 1) * 4);
+	r->tile_expert = reinterpret_cast<int32_t *>(p), p += align256((size_t)r->max_tiles * 4);
+	r->tile_start = reinterpret_cast<int32_t *>(p), p += align256((size_t)r->max_tiles * 4);
+	r->n_tiles = reinterpret_cast<int32_t *>(p);
+	return 0;
+}
+
+/* One block a token: warp w computes the logits of experts w, w+8, ...
+ * (each the same lane split and shuffle tree, so two equal rows give equal
+ * logits), then thread 0 selects and weighs. */
+__global__ void __launch_bounds__(ROUTER_THREADS)
+router_kernel(int d, int n_expert, int k, const float *__restrict__ x, const float *__restrict__ w_r,
+	      const float *__restrict__ bias, float scale, bool norm, int32_t *__restrict__ sel,
+	      float *__restrict__ wts)
+{
+	extern __shared__ float xs[]; /* [d] */
+	__shared__ float g[MAX_EXPERTS], sb[MAX_EXPERTS];
+	__shared__ bool taken[MAX_EXPERTS];
+	const int t = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+	const float *xt = x + (size_t)t * d;
+	for (int c = threadIdx.x; c < d; c += blockDim.x)
+		xs[c] = xt[c];
+	__syncthreads();
+	for (int ex = warp; ex < n_expert; ex += ROUTER_THREADS / 32) {
+		const float *wr = w_r + (size_t)ex * d;
+		float a = 0.f;
+		for (int c = lane; c < d; c += 32)
+			a += wr[c] * xs[c];
+#pragma unroll
+		for (int o = 16; o; o >>= 1)
+			a += __shfl_xor_sync(0xffffffffu, a, o);
+		if (lane == 0) {
+			const float gs = 1.f / (1.f + expf(-a));
+			g[ex] = gs;
+			sb[ex] = gs + bias[ex];
+			taken[ex] = false;
+		}
+	}
+	__syncthreads();
+	if (threadIdx.x != 0)
+		return;
+	float sum = 0.f;
+	int pick[MAX_K];
+#pragma unroll
+	for (int s = 0; s < MAX_K; s++) {
+		if (s >= k)
+			break;
+		int best = -1;
+		/* ascending scan with a strict >: the lower index keeps a tie */
+		for (int ex = 0; ex < n_expert; ex++)
+			if (!taken[ex] && (best < 0 || sb[ex] > sb[best]))
+				best = ex;
+		taken[best] = true;
+		pick[s] = best;
+		sum += g[best];
+	}
+#pragma unroll
+	for (int s = 0; s < MAX_K; s++) {
+		if (s >= k)
+			break;
+		const float gs = g[pick[s]];
+		sel[(size_t)t * k + s] = pick[s];
+		wts[(size_t)t * k + s] = norm ? gs / (sum + 1e-20f) * scale : gs * scale;
+	}
+}
+
+extern "C" int x4k_moe_router(const x4k_moe_routes *r, const float *x, int d, const float *w_r,
+			      const float *bias, float scale, bool norm, cudaStream_t s, x4_err *e)
+{
+	if (!r || !x || !w_r || !bias || d <= 0 || d > 11264)
+		return x4_err_set(e, X4_EINVAL, "x4k_moe_router: NULL buffer or width %d outside 1..11264", d);
+	if (r->n_tok == 0)
+		return 0;
+	router_kernel<<<r->n_tok, ROUTER_THREADS, (size_t)d * 4, s>>>(d, r->n_expert, r->k, x, w_r, bias,
+								       scale, norm, r->sel, r->wts);
+	return x4_cuda_launched("x4k_moe_router: launch", e);
+}
+
+/* One block: a stable counting sort of the routes by expert.  Pass 1 counts
+ * (shared atomics: the counts do not depend on their order), thread 0 scans
+ * them and lays out the tiles, pass 2 places each chunk of routes: a route's
+ * place is its expert's running base, plus the same expert's routes in
+ * earlier warps of the chunk, plus its rank among its warp's peers
+ * (__match_any_sync), so the order within an expert is the route id's. */
+__global__ void __launch_bounds__(TABLE_THREADS)
+route_table_kernel(x4k_moe_routes r)
+{
+	__shared__ int cnt[MAX_EXPERTS], base[MAX_EXPERTS];
+	__shared__ int wc[TABLE_THREADS / 32][MAX_EXPERTS];
+	const int nr = r.n_tok * r.k, E = r.n_expert;
+	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+	for (int ex = threadIdx.x; ex < E; ex += blockDim.x)
+		cnt[ex] = 0;
+	__syncthreads();
+	for (int i = threadIdx.x; i < nr; i += blockDim.x) {
+		const int ex = r.sel[i];
+		if (ex >= 0 && ex < E)
+			atomicAdd(&cnt[ex], 1);
+	}
+	__syncthreads();
+	if (threadIdx.x == 0) {
+		int off = 0, nt = 0;
+		for (int ex = 0; ex < E; ex++) {
+			base[ex] = off;
+			r.offsets[ex] = off;
+			r.counts[ex] = cnt[ex];
+			for (int j = 0; j < cnt[ex] && nt < r.max_tiles; j += r.tile) {
+				r.tile_expert[nt] = ex;
+				r.tile_start[nt] = off + j;
+				nt++;
+			}
+			off += cnt[ex];
+		}
+		r.offsets[E] = off;
+		*r.n_tiles = nt;
+	}
+	__syncthreads();
+	for (int c0 = 0; c0 < nr; c0 += blockDim.x) {
+		const int i = c0 + threadIdx.x;
+		int ex = i < nr ? r.sel[i] : -1;
+		if (ex >= E)
+			ex = -1;
+		for (int j = lane; j < E; j += 32)
+			wc[warp][j] = 0;
+		__syncwarp();
+		const unsigned peers = __match_any_sync(0xffffffffu, ex);
+		const int rank = __popc(peers & ((1u << lane) - 1));
+		if (ex >= 0 && rank == 0)
+			wc[warp][ex] = __popc(peers);
+		__syncthreads();
+		for (int j = threadIdx.x; j < E; j += blockDim.x) {
+			int run = base[j];
+			for (int w = 0; w < TABLE_THREADS / 32; w++) {
+				const int n = wc[w][j];
+				wc[w][j] = run;
+				run += n;
+			}
+			base[j] = run;
+		}
+		__syncthreads();
+		if (ex >= 0)
+			r.route[wc[warp][ex] + rank] = i;
+		__syncthreads(); /* wc is cleared again next chunk */
+	}
+}
+
+extern "C" int x4k_moe_route_table(const x4k_moe_routes *r, cudaStream_t s, x4_err *e)
+{
+	if (!r)
+		return x4_err_set(e, X4_EINVAL, "x4k_moe_route_table: NULL routes");
+	if (r->n_tok == 0)
+		return 0;
+	route_table_kernel<<<1, TABLE_THREADS, 0, s>>>(*r);
+	return x4_cuda_launched("x4k_moe_route_table: launch", e);
+}

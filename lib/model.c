@@ -1,0 +1,410 @@
+/*
+ * model.c - where a checkpoint's parts are (record section 7), and the
+ * opened model: the mapping, its config, every trunk tensor bound by name
+ * against x4_layout (the one list of what a xing4_0 file holds) and the
+ * tokenizer from the GGUF header.
+ */
+#include "trunk_int.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <sys/stat.h>
+
+/* ---- paths ---- */
+
+static bool is_dir(const char *p)
+{
+	struct stat st;
+	return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+static bool is_file(const char *p)
+{
+	struct stat st;
+	return stat(p, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/* A whole small text file, NUL-terminated, or NULL. */
+static char *slurp(const char *path, size_t max)
+{
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		return NULL;
+	char *buf = malloc(max + 1);
+	size_t n = buf ? fread(buf, 1, max, f) : 0;
+	fclose(f);
+	if (buf)
+		buf[n] = 0;
+	return buf;
+}
+
+/* The value after "key": in a JSON text, found by the quoted key anywhere
+ * (config.json is flat where x4 looks); NULL when absent. */
+static const char *json_value(const char *js, const char *key)
+{
+	size_t kl = strlen(key);
+	for (const char *p = js; (p = strchr(p, '"')); p++) {
+		if (strncmp(p + 1, key, kl) != 0 || p[1 + kl] != '"')
+			continue;
+		const char *q = p + 2 + kl;
+		while (*q == ' ' || *q == '\t' || *q == '\n' || *q == '\r')
+			q++;
+		if (*q != ':')
+			continue;
+		q++;
+		while (*q == ' ' || *q == '\t' || *q == '\n' || *q == '\r')
+			q++;
+		return q;
+	}
+	return NULL;
+}
+
+static bool json_str_is(const char *js, const char *key, const char *want)
+{
+	const char *v = json_value(js, key);
+	size_t wl = strlen(want);
+	return v && *v == '"' && strncmp(v + 1, want, wl) == 0 && v[1 + wl] == '"';
+}
+
+static bool json_num(const char *js, const char *key, double *out)
+{
+	const char *v = json_value(js, key);
+	if (!v)
+		return false;
+	char *end;
+	double d = strtod(v, &end);
+	if (end == v || !isfinite(d))
+		return false;
+	*out = d;
+	return true;
+}
+
+/* A xing4_0 release folder: identified by what it declares, never by
+ * merely holding a config.json (record 7: a sibling checkpoint's folder
+ * would otherwise be taken and tokenize with the wrong vocabulary). */
+static bool is_release_dir(const char *dir)
+{
+	char p[4200];
+	snprintf(p, sizeof p, "%s/tokenization_xing4_0.py", dir);
+	if (is_file(p))
+		return true;
+	snprintf(p, sizeof p, "%s/config.json", dir);
+	char *js = slurp(p, 1 << 20);
+	bool ok = js && json_str_is(js, "model_type", "xing4_0");
+	free(js);
+	return ok;
+}
+
+static int copy_path(char *dst, const char *src, x4_err *e)
+{
+	if (strlen(src) >= 4096)
+		return x4_err_set(e, X4_EINVAL, "path too long: %.64s...", src);
+	strcpy(dst, src);
+	return 0;
+}
+
+static int find_one_gguf(const char *dir, char *out, x4_err *e)
+{
+	DIR *d = opendir(dir);
+	if (!d)
+		return x4_err_set(e, X4_EIO, "%s: %s", dir, strerror(errno));
+	char found[1024] = "";
+	int n = 0;
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		size_t l = strlen(de->d_name);
+		if (l < 6 || strcmp(de->d_name + l - 5, ".gguf") != 0)
+			continue;
+		char p[4200];
+		snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
+		if (!is_file(p))
+			continue;
+		if (n == 0 && copy_path(out, p, e)) {
+			closedir(d);
+			return X4_EINVAL;
+		}
+		size_t fl = strlen(found);
+		snprintf(found + fl, sizeof found - fl, "%s%s", n ? ", " : "", p);
+		n++;
+	}
+	closedir(d);
+	if (n == 0)
+		return x4_err_set(e, X4_ENOTFOUND, "%s holds no .gguf file: name the weights file "
+				  "with -m FILE.gguf", dir);
+	if (n > 1)
+		return x4_err_set(e, X4_EINVAL, "%s holds %d .gguf files (%s): name one with "
+				  "-m FILE.gguf", dir, n, found);
+	return 0;
+}
+
+int x4_paths_resolve(const char *model, const char *tokdir, x4_paths *p, x4_err *e)
+{
+	memset(p, 0, sizeof *p);
+	if (!model || !*model)
+		return x4_err_set(e, X4_EINVAL, "no model given: name a .gguf file or a folder "
+				  "holding one");
+	char home[4096]; /* the folder the weights came from */
+	int rc;
+	if (is_dir(model)) {
+		if ((rc = find_one_gguf(model, p->gguf, e)))
+			return rc;
+		if ((rc = copy_path(home, model, e)))
+			return rc;
+	} else if (is_file(model)) {
+		if ((rc = copy_path(p->gguf, model, e)))
+			return rc;
+		const char *slash = strrchr(model, '/');
+		if (!slash)
+			strcpy(home, ".");
+		else if (slash == model)
+			strcpy(home, "/");
+		else
+			snprintf(home, sizeof home, "%.*s", (int)(slash - model), model);
+	} else {
+		return x4_err_set(e, X4_ENOTFOUND, "%s: no such file or folder", model);
+	}
+
+	if (tokdir && *tokdir) {
+		if (!is_dir(tokdir))
+			return x4_err_set(e, X4_ENOTFOUND, "tokenizer folder %s: no such folder",
+					  tokdir);
+		if (!is_release_dir(tokdir))
+			return x4_err_set(e, X4_EINVAL, "%s is not a xing4_0 release folder: tried "
+					  "%s/config.json (model_type \"xing4_0\") and "
+					  "%s/tokenization_xing4_0.py", tokdir, tokdir, tokdir);
+		return copy_path(p->tokdir, tokdir, e);
+	}
+	if (is_release_dir(home))
+		return copy_path(p->tokdir, home, e);
+	p->tokdir[0] = 0; /* the GGUF's own vocabulary */
+	return 0;
+}
+
+/* ---- binding ---- */
+
+/* Field offsets of x4_block_w by the name's part after "blk.N.". */
+static const struct {
+	const char *suffix;
+	size_t off;
+} block_fields[] = {
+#define F(s, f) { s, offsetof(x4_block_w, f) }
+	F("attn_norm.weight", attn_norm), F("attn_q_a.weight", attn_q_a),
+	F("attn_q_a_norm.weight", attn_q_a_norm), F("attn_q_b.weight", attn_q_b),
+	F("attn_kv_a_mqa.weight", attn_kv_a_mqa), F("attn_kv_a_norm.weight", attn_kv_a_norm),
+	F("attn_k_b.weight", attn_k_b), F("attn_v_b.weight", attn_v_b),
+	F("attn_output.weight", attn_output),
+	F("hc_attn_fn.weight", hc_attn_fn), F("hc_attn_base.weight", hc_attn_base),
+	F("hc_attn_scale.weight", hc_attn_scale),
+	F("hc_ffn_fn.weight", hc_ffn_fn), F("hc_ffn_base.weight", hc_ffn_base),
+	F("hc_ffn_scale.weight", hc_ffn_scale),
+	F("ffn_norm.weight", ffn_norm),
+	F("ffn_gate.weight", ffn_gate), F("ffn_up.weight", ffn_up), F("ffn_down.weight", ffn_down),
+	F("ffn_gate_inp.weight", ffn_gate_inp), F("exp_probs_b.bias", exp_probs_b),
+	F("ffn_gate_exps.weight", ffn_gate_exps), F("ffn_up_exps.weight", ffn_up_exps),
+	F("ffn_down_exps.weight", ffn_down_exps),
+	F("ffn_gate_shexp.weight", ffn_gate_shexp), F("ffn_up_shexp.weight", ffn_up_shexp),
+	F("ffn_down_shexp.weight", ffn_down_shexp),
+#undef F
+};
+
+static void shape_str(char *out, size_t cap, int type, int n_dims, const uint64_t *ne)
+{
+	int k = snprintf(out, cap, "%s [", x4_type_name(type));
+	for (int d = 0; d < n_dims && k > 0 && (size_t)k < cap; d++)
+		k += snprintf(out + k, cap - (size_t)k, "%s%llu", d ? ", " : "",
+			      (unsigned long long)ne[d]);
+	if (k > 0 && (size_t)k < cap)
+		snprintf(out + k, cap - (size_t)k, "]");
+}
+
+/* Problems are gathered into one message; past the buffer they are
+ * counted, so the message still says how many there were. */
+struct report {
+	char msg[X4_ERR_MSG];
+	int n, shown;
+};
+
+static void report_add(struct report *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void report_add(struct report *r, const char *fmt, ...)
+{
+	char line[320];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof line, fmt, ap);
+	va_end(ap);
+	r->n++;
+	size_t l = strlen(r->msg);
+	/* Leave room for the closing "(and N more)". */
+	if (l + strlen(line) + 3 < sizeof r->msg - 40) {
+		snprintf(r->msg + l, sizeof r->msg - l, "%s%s", l ? "; " : "", line);
+		r->shown++;
+	}
+}
+
+/* Is this tensor of the NextN block(s), which x4 recognises and skips? */
+static bool is_nextn(const x4_config *c, const char *name)
+{
+	int b;
+	int k;
+	return sscanf(name, "blk.%d.%n", &b, &k) == 1 && k > 0 && b >= c->n_block &&
+	       b < c->n_block_file;
+}
+
+static int bind(x4_model *m, x4_err *e)
+{
+	const x4_config *c = &m->c;
+	x4_tensor_spec *spec;
+	int n_spec;
+	int rc = x4_layout(c, &spec, &n_spec, e);
+	if (rc)
+		return rc;
+	m->blk = x4_calloc((size_t)c->n_block, sizeof *m->blk, "the block table", e);
+	if (!m->blk) {
+		free(spec);
+		return X4_ENOMEM;
+	}
+	struct report r = { .n = 0 };
+	int64_t nt = x4_gguf_tensor_count(m->g);
+	bool *used = calloc((size_t)nt + 1, 1);
+	if (!used) {
+		free(spec);
+		return x4_err_set(e, X4_ENOMEM, "out of memory binding tensors");
+	}
+	for (int i = 0; i < n_spec; i++) {
+		const x4_tensor_spec *s = &spec[i];
+		if (s->block >= c->n_block)
+			continue; /* NextN: recognised below, never bound */
+		const x4_gguf_tensor *t = x4_gguf_find_tensor(m->g, s->name);
+		char want[96], got[96];
+		shape_str(want, sizeof want, s->type, s->n_dims, s->ne);
+		if (!t) {
+			report_add(&r, "%s missing (expected %s)", s->name, want);
+			continue;
+		}
+		for (int64_t j = 0; j < nt; j++)
+			if (x4_gguf_tensor_at(m->g, j) == t)
+				used[j] = true;
+		bool same = t->type == s->type;
+		for (int d = 0; d < 4; d++)
+			same = same && t->ne[d] == s->ne[d];
+		if (!same) {
+			shape_str(got, sizeof got, t->type, t->n_dims, t->ne);
+			report_add(&r, "%s: expected %s, found %s", s->name, want, got);
+			continue;
+		}
+		if (s->block < 0) {
+			if (!strcmp(s->name, "token_embd.weight"))
+				m->token_embd = t;
+			else if (!strcmp(s->name, "output_norm.weight"))
+				m->output_norm = t;
+			else if (!strcmp(s->name, "output.weight"))
+				m->output = t;
+			continue;
+		}
+		const char *suffix = strchr(s->name + 4, '.') + 1;
+		size_t f;
+		for (f = 0; f < X4_ARRAY_LEN(block_fields); f++)
+			if (!strcmp(block_fields[f].suffix, suffix))
+				break;
+		if (f == X4_ARRAY_LEN(block_fields)) {
+			report_add(&r, "%s: x4 has no slot for this layout tensor", s->name);
+			continue;
+		}
+		*(const x4_gguf_tensor **)((char *)&m->blk[s->block] + block_fields[f].off) = t;
+	}
+	for (int64_t j = 0; j < nt; j++) {
+		const x4_gguf_tensor *t = x4_gguf_tensor_at(m->g, j);
+		if (used[j] || is_nextn(c, t->name))
+			continue;
+		char got[96];
+		shape_str(got, sizeof got, t->type, t->n_dims, t->ne);
+		report_add(&r, "%s (%s) is extra: not part of a xing4_0 file with these keys",
+			   t->name, got);
+	}
+	free(used);
+	free(spec);
+	for (int b = 0; b < c->n_block; b++)
+		m->blk[b].moe = b >= c->n_dense;
+	if (r.n) {
+		char more[40] = "";
+		if (r.n > r.shown)
+			snprintf(more, sizeof more, " (and %d more)", r.n - r.shown);
+		return x4_err_set(e, X4_ESHAPE, "%s: %d tensor problem%s: %s%s", m->paths.gguf, r.n,
+				  r.n > 1 ? "s" : "", r.msg, more);
+	}
+	return 0;
+}
+
+/* The clamp bounds: the GGUF's extension keys, else the release folder's
+ * config.json (where the release keeps them), else the released +-30. */
+static void resolve_clamp(x4_model *m)
+{
+	if (x4_gguf_find_kv(m->g, "xing4_0.hyper_connection.clamp_min") >= 0 ||
+	    x4_gguf_find_kv(m->g, "xing4_0.hyper_connection.clamp_max") >= 0 ||
+	    !m->paths.tokdir[0])
+		return; /* x4_config_read took the keys, or defaulted to +-30 */
+	char p[4200];
+	snprintf(p, sizeof p, "%s/config.json", m->paths.tokdir);
+	char *js = slurp(p, 1 << 20);
+	double lo, hi;
+	if (js && json_num(js, "mhc_h_res_clamp_min", &lo) &&
+	    json_num(js, "mhc_h_res_clamp_max", &hi) && lo < hi) {
+		m->c.clamp_min = (float)lo;
+		m->c.clamp_max = (float)hi;
+	}
+	free(js);
+}
+
+int x4_model_open(x4_model **out, const x4_paths *p, x4_err *e)
+{
+	*out = NULL;
+	x4_model *m = x4_calloc(1, sizeof *m, "the model", e);
+	if (!m)
+		return X4_ENOMEM;
+	m->paths = *p;
+	int rc = x4_gguf_open(&m->g, p->gguf, e);
+	if (rc == 0 && (rc = x4_config_read(m->g, &m->c, e)) != 0) {
+		char why[X4_ERR_MSG];
+		snprintf(why, sizeof why, "%s", e ? e->msg : "");
+		x4_err_set(e, rc, "%s: %s", p->gguf, why);
+	}
+	if (rc == 0) {
+		resolve_clamp(m);
+		rc = bind(m, e);
+	}
+	if (rc == 0 && x4_tokenizer_from_gguf(&m->tok, m->g, e) != 0) {
+		char why[X4_ERR_MSG];
+		snprintf(why, sizeof why, "%s", e ? e->msg : "");
+		rc = x4_err_set(e, X4_EFORMAT, "%s: the file's vocabulary is unusable (%s); a "
+				"xing4_0 file carries tokenizer.ggml.tokens/scores/token_type: "
+				"rewrite it with x4-synth or take the release's GGUF", p->gguf, why);
+	}
+	if (rc == 0 && x4_fingerprint(p->gguf, false, m->fingerprint, e) != 0)
+		rc = e ? e->code : X4_EIO;
+	if (rc) {
+		x4_model_close(m);
+		return rc;
+	}
+	*out = m;
+	return 0;
+}
+
+void x4_model_close(x4_model *m)
+{
+	if (!m)
+		return;
+	if (m->tok)
+		x4_tokenizer_free(m->tok);
+	free(m->blk);
+	if (m->g)
+		x4_gguf_close(m->g);
+	free(m);
+}
+
+const x4_config *x4_model_config(const x4_model *m) { return &m->c; }
+const x4_gguf *x4_model_gguf(const x4_model *m) { return m->g; }
+const x4_tokenizer *x4_model_tokenizer(const x4_model *m) { return m->tok; }
+const char *x4_model_fingerprint(const x4_model *m) { return m->fingerprint; }

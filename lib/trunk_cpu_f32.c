@@ -1,0 +1,13 @@
+/* trunk_cpu_f32.c - the CPU trunk in float: what users run (the cache
+ * holds fp16 values, as the record's runtime stores it; spec 6.5). */
+#define REAL float
+#define REAL_IS_FLOAT 1
+#define SFX f32
+#define R_EXP expf
+#define R_SQRT sqrtf
+#include "trunk_cpu_tmpl.h"
+
+void x4_router_topk(const float *score, const float *bias, int n, int k, int *sel)
+{
+	topk_f32(score, bias, n, k, sel);
+}

@@ -1,0 +1,129 @@
+/*
+ * trunk_int.h - what lib/model.c binds and the trunks (CPU and CUDA) read,
+ * plus the CPU trunk's pieces that tests/test_trunk.c checks one by one.
+ * Only lib/ and tests/ include this.
+ */
+#ifndef X4_TRUNK_INT_H
+#define X4_TRUNK_INT_H
+
+#include "x4_int.h"
+
+/* One trunk block's tensors, bound by name (x4_layout's names) and checked
+ * for type and shape at open.  The FFN half is dense (ffn_gate/up/down) for
+ * blocks below n_dense and MoE otherwise; the unused half is NULL, as are
+ * the *_shexp when expert_shared_count is 0. */
+typedef struct x4_block_w {
+	const x4_gguf_tensor *attn_norm, *attn_q_a, *attn_q_a_norm, *attn_q_b;
+	const x4_gguf_tensor *attn_kv_a_mqa, *attn_kv_a_norm, *attn_k_b, *attn_v_b;
+	const x4_gguf_tensor *attn_output;
+	const x4_gguf_tensor *hc_attn_fn, *hc_attn_base, *hc_attn_scale;
+	const x4_gguf_tensor *hc_ffn_fn, *hc_ffn_base, *hc_ffn_scale;
+	const x4_gguf_tensor *ffn_norm;
+	const x4_gguf_tensor *ffn_gate, *ffn_up, *ffn_down;
+	const x4_gguf_tensor *ffn_gate_inp, *exp_probs_b;
+	const x4_gguf_tensor *ffn_gate_exps, *ffn_up_exps, *ffn_down_exps;
+	const x4_gguf_tensor *ffn_gate_shexp, *ffn_up_shexp, *ffn_down_shexp;
+	bool moe;
+} x4_block_w;
+
+struct x4_model {
+	x4_gguf *g;
+	x4_config c;            /* clamp bounds resolved (GGUF, config.json, +-30) */
+	x4_paths paths;
+	x4_tokenizer *tok;
+	const x4_gguf_tensor *token_embd, *output_norm, *output;
+	x4_block_w *blk;        /* [c.n_block] */
+	char fingerprint[17];
+};
+
+/* ---- the trunk backends behind lib/trunk.c ---- */
+
+typedef struct x4_trunk_cpu x4_trunk_cpu;
+int x4_trunk_cpu_create(x4_trunk_cpu **t, const x4_model *m, const x4_trunk_opts *o, x4_err *e);
+void x4_trunk_cpu_free(x4_trunk_cpu *t);
+void x4_trunk_cpu_reset(x4_trunk_cpu *t);
+int x4_trunk_cpu_pos(const x4_trunk_cpu *t);
+int x4_trunk_cpu_forward(x4_trunk_cpu *t, const int32_t *ids, int n, float *logits,
+			 bool all_logits, x4_err *e);
+void x4_trunk_cpu_set_probe(x4_trunk_cpu *t, x4_probe_fn fn, void *ctx);
+
+/* The CUDA trunk (lib/trunk_cuda.c, the GPU part): the same contract as the
+ * public x4_trunk_* functions; create returns X4_ECUDA in a build without
+ * CUDA. */
+typedef struct x4_trunk_cuda x4_trunk_cuda;
+int x4_trunk_cuda_create(x4_trunk_cuda **t, const x4_model *m, const x4_trunk_opts *o,
+			 x4_err *e);
+void x4_trunk_cuda_free(x4_trunk_cuda *t);
+void x4_trunk_cuda_reset(x4_trunk_cuda *t);
+int x4_trunk_cuda_pos(const x4_trunk_cuda *t);
+int x4_trunk_cuda_forward(x4_trunk_cuda *t, const int32_t *ids, int n, float *logits,
+			  bool all_logits, x4_err *e);
+void x4_trunk_cuda_set_probe(x4_trunk_cuda *t, x4_probe_fn fn, void *ctx);
+
+/* ---- pieces of the CPU trunk, exposed for tests ---- */
+
+/* YaRN frequencies omega_i, i < d_rope/2, in fp32 (spec 6.5). */
+void x4_yarn_freqs(const x4_config *c, float *omega /* [d_rope/2] */);
+
+/* The hyper-connection coefficients from the 24-wide projection m (spec
+ * 6.3 steps 4-8), in double (the F64 trunk's arithmetic) and float (the
+ * F32 trunk's).  pre/post [n_hc], comb [n_hc][n_hc] as [dst][src]. */
+void x4_hc_coef_f64(const x4_config *c, const double *m, const float *base,
+		    const float *scale, double *pre, double *post, double *comb);
+void x4_hc_coef_f32(const x4_config *c, const float *m, const float *base,
+		    const float *scale, float *pre, float *post, float *comb);
+
+/* Spec 6.4 A4/F4 for one token: out[d] = post[d] * y + sum_s C[d][s] * H[s],
+ * H and out [n_hc][D], C [dst][src]. */
+void x4_hc_update_f64(int n_hc, int D, const double *post, const double *comb,
+		      const double *H, const double *y, double *out);
+void x4_hc_update_f32(int n_hc, int D, const float *post, const float *comb,
+		      const float *H, const float *y, float *out);
+
+/* Top-k of score + bias with the lower index winning exact ties (spec
+ * 6.7); sel[k] in selection order. */
+void x4_router_topk(const float *score, const float *bias, int n, int k, int *sel);
+
+/* One weight row to float: x4_dequant's values, faster for the trunk's
+ * types (IQ4_NL, Q6_K, BF16). */
+void x4_cpu_dequant_row(int type, const void *src, float *dst, uint64_t n);
+
+/* A persistent thread pool: run(fn, n) calls fn(arg, i, worker) for every
+ * i < n, each i on exactly one worker (worker 0 is the caller). */
+typedef struct x4_pool x4_pool;
+int x4_pool_create(x4_pool **p, int nthreads, x4_err *e);
+void x4_pool_free(x4_pool *p);
+int x4_pool_size(const x4_pool *p);
+void x4_pool_run(x4_pool *p, int64_t n, void (*fn)(void *arg, int64_t i, int worker),
+		 void *arg);
+
+/* ---- the CPU trunk's state (lib/trunk_cpu.c), shared by its two
+ * arithmetic instances lib/trunk_cpu_f32.c and lib/trunk_cpu_f64.c, which
+ * compile one body (lib/trunk_cpu_tmpl.h) with float and with double ---- */
+
+struct x4_trunk_cpu {
+	const x4_model *m;
+	const x4_config *c;
+	x4_trunk_opts o;
+	int max_ctx, pos, chunk, nthr;
+	int cw;           /* cache row width: kv_lora + d_rope (576) */
+	x4_pool *pool;
+	float *omega;     /* [d_rope/2] YaRN frequencies */
+	void *cache;      /* [n_block][max_ctx][cw] in the instance's type */
+	bool kv16;        /* cache values rounded to fp16 (enum x4_kv) */
+	size_t kmax;      /* the longest weight row, in elements */
+	float **wrow;     /* [nthr][kmax]: one dequantized weight row per worker */
+	void **att;       /* [nthr]: attention scratch per worker, in the instance's type */
+	void *ws;         /* the instance's workspace */
+	x4_probe_fn probe;
+	void *probe_ctx;
+};
+
+int x4_cpu_ws_alloc_f32(x4_trunk_cpu *t, x4_err *e);
+void x4_cpu_ws_free_f32(x4_trunk_cpu *t);
+void x4_cpu_forward_f32(x4_trunk_cpu *t, const int32_t *ids, int n, float *logits, bool all);
+int x4_cpu_ws_alloc_f64(x4_trunk_cpu *t, x4_err *e);
+void x4_cpu_ws_free_f64(x4_trunk_cpu *t);
+void x4_cpu_forward_f64(x4_trunk_cpu *t, const int32_t *ids, int n, float *logits, bool all);
+
+#endif

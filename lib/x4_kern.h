@@ -1,0 +1,312 @@
+/*
+ * x4_kern.h - the CUDA kernels' entry points (x4k_*) and their plain-C
+ * references (x4r_*).  Seen by lib/ and tests/ only, never by cmd/.
+ *
+ * Every x4k_* call is asynchronous on the stream it is given, returns 0 or a
+ * negative X4_E* (argument checks and the launch's own status, through
+ * lib/cuda_check.h), allocates nothing and never synchronises with the host,
+ * so a sequence of them can be captured into a CUDA graph.  Pointers are
+ * device pointers unless a comment says otherwise.  Weights are the GGUF
+ * bytes as mapped (IQ4_NL 18-byte blocks, Q6_K 210-byte blocks, BF16); a
+ * matrix of n rows and k columns is n rows of k contiguous values (spec 4).
+ * Activations are fp32 in and out, and every accumulation is fp32.
+ *
+ * Sections (each owned by one helper; keep edits inside your own):
+ *   1. quantized products and the MoE  (kernels/gemv_quant.cu, gemm_quant.cu,
+ *      swiglu.cu, moe_router.cu, moe_experts.cu)
+ *   2. attention, rope, hyper-connection, norms (other helper)
+ *   3. ref: plain-C references (lib/ref/)
+ */
+#ifndef X4_KERN_H
+#define X4_KERN_H
+
+#include "x4.h"
+
+#if defined(X4_HAVE_CUDA) || defined(__CUDACC__)
+#include <cuda_runtime_api.h>
+#define X4K_HAVE_CUDA 1
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#ifdef X4K_HAVE_CUDA
+/* ============ 1. quantized products and the MoE ============ */
+
+/* y = W x.  type: X4_T_IQ4_NL (k % 32 == 0), X4_T_Q6_K (k % 256 == 0) or
+ * X4_T_BF16 (any k).  w: n rows of k; x: [k]; y: [n]. */
+int x4k_gemv(int type, const void *w, int n, int k, const float *x, float *y,
+	     cudaStream_t s, x4_err *e);
+
+/* Y = X W^T for n_tok tokens: x [n_tok][k], y [n_tok][n].  A weight tile is
+ * dequantized once into shared memory and reused across 64 tokens. */
+int x4k_gemm(int type, const void *w, int n, int k, int n_tok, const float *x,
+	     float *y, cudaStream_t s, x4_err *e);
+
+/* h = silu(g) * u elementwise, fp32 (spec 7.4: the product is the value that
+ * overflows fp16, so it stays fp32 on its way to the down projection). */
+int x4k_swiglu(int64_t n, const float *g, const float *u, float *h,
+	       cudaStream_t s, x4_err *e);
+
+/* ---- MoE (spec 6.7) ----
+ * The route table lives in one caller-owned device workspace:
+ *   x4k_moe_routes r;  size_t nb = x4k_moe_routes_bytes(n_tok, k, n_expert, tile);
+ *   x4k_moe_routes_init(&r, ws, nb, n_tok, k, n_expert, tile, e);
+ *   x4k_moe_router(&r, ...);        fills r.sel, r.wts
+ *   x4k_moe_route_table(&r, ...);   fills counts, offsets, route, tiles
+ *   x4k_moe_experts(&r, ...);       every route's expert output, own row each
+ *   x4k_moe_reduce(&r, ...);        y = sum over slots in ascending expert id, + shared
+ * A route is the pair (token t, slot s), numbered t*k + s. */
+typedef struct x4k_moe_routes {
+	int n_tok, k, n_expert;
+	int tile;        /* routes per tile of the grouped kernel (x4k_moe_tile) */
+	int max_tiles;   /* bound on *n_tiles known on the host: the grid's size */
+	int32_t *sel;    /* [n_tok][k] expert of each slot, slot 0 the best */
+	float *wts;      /* [n_tok][k] weight of each slot (spec 6.7 step 3) */
+	int32_t *counts; /* [n_expert] routes per expert */
+	int32_t *offsets;     /* [n_expert + 1] exclusive prefix sum of counts */
+	int32_t *route;       /* [n_tok*k] route ids t*k+s, grouped by expert in
+			       * ascending id, each group in ascending route id */
+	int32_t *tile_expert; /* [max_tiles] expert of tile i */
+	int32_t *tile_start;  /* [max_tiles] its first index into route */
+	int32_t *n_tiles;     /* [1] tiles in use (written on the device) */
+} x4k_moe_routes;
+
+/* Routes per tile: 4 at decode sizes (a weight row is read once for a few
+ * tokens), 64 for prefill (a dequantized tile is reused across 64 routes). */
+int x4k_moe_tile(int n_tok, int k);
+size_t x4k_moe_routes_bytes(int n_tok, int k, int n_expert, int tile);
+/* Carve r's arrays out of ws (device, x4k_moe_routes_bytes large). */
+int x4k_moe_routes_init(x4k_moe_routes *r, void *ws, size_t ws_bytes, int n_tok,
+			int k, int n_expert, int tile, x4_err *e);
+
+/* The router, all fp32: logits W_r x (w_r: [n_expert][d] F32), g = sigmoid,
+ * the top k by g + bias (the lower index wins an exact tie), weights from the
+ * unbiased g: scale * g / (sum g + 1e-20) when norm, else scale * g.
+ * x: [n_tok][d].  Writes r->sel and r->wts.  n_expert <= 256, k <= 8. */
+int x4k_moe_router(const x4k_moe_routes *r, const float *x, int d, const float *w_r,
+		   const float *bias, float scale, bool norm, cudaStream_t s,
+		   x4_err *e);
+
+/* counts, offsets, route, the tile list and n_tiles from r->sel, on the
+ * device (no read-back): a stable counting sort, so the table depends only
+ * on sel.  An expert id outside [0, n_expert) is dropped. */
+int x4k_moe_route_table(const x4k_moe_routes *r, cudaStream_t s, x4_err *e);
+
+/* Workspace of x4k_moe_experts: h [n_tok*k][f] and out [n_tok*k][d], fp32. */
+size_t x4k_moe_experts_workspace_bytes(int n_tok, int k, int d, int f);
+/* The routed experts, one grouped launch per projection for every route:
+ * gate and up (w: [n_expert][f][d] each) with the SwiGLU product kept fp32,
+ * then down ([n_expert][d][f]) writing route t*k+s's output to row t*k+s of
+ * `out` (one writer per element: no atomics, so the result does not depend
+ * on which block finishes first).  type: X4_T_IQ4_NL.  x: [n_tok][d].
+ * *out (optional) receives the [n_tok*k][d] rows inside ws. */
+int x4k_moe_experts(const x4k_moe_routes *r, int type, const float *x, int d, int f,
+		    const void *gate, const void *up, const void *down, void *ws,
+		    size_t ws_bytes, const float **out, cudaStream_t s, x4_err *e);
+
+/* y[t] = sum over t's k slots, taken in ascending expert id (spec 6.7), of
+ * wts * out[t*k+s], then + shared[t] (optional, [n_tok][d]).  The order
+ * depends on the expert ids only, never on the route table's permutation,
+ * so the sum is bit-reproducible.  y: [n_tok][d]. */
+int x4k_moe_reduce(const x4k_moe_routes *r, const float *out, const float *shared,
+		   int d, float *y, cudaStream_t s, x4_err *e);
+#endif /* X4K_HAVE_CUDA */
+
+/* ============ 2. attention, rope, hyper-connection, norms (other helper) ============ */
+/* (kernels/hc.cu, norm.cu, embed.cu, head.cu, rope.cu, kv_store.cu,
+ * mla_absorb.cu, mla_decode.cu, mla_prefill.cu, sample.cu; references in
+ * lib/ref/ref_hc.c, ref_attn.c, ref_misc.c.)  Positions and the context
+ * length are read from device ints (`pos`: the position of the first token
+ * of the call; token t is at *pos + t), so one captured graph replays every
+ * decode step.  The KV cache of one layer is max_ctx rows of
+ * cw = kv_lora + d_rope fp16 values (uint16_t bits): [c_kv normed | k_r roped]. */
+
+/* The hyper-connection's dimensions and constants (spec 6.3), as plain
+ * values so that tests can make odd shapes. */
+typedef struct x4k_hc_cfg {
+	int n_hc;           /* streams, 1..4 */
+	int D;              /* one stream's width */
+	int iters;          /* Sinkhorn rounds */
+	float rms_eps;      /* of the unweighted RMS over n_hc*D */
+	float hc_eps;       /* Sinkhorn denominators only */
+	float clamp_min, clamp_max; /* comb logits */
+} x4k_hc_cfg;
+/* Coefficients per token: n_hc*(2+n_hc) floats, [pre | post | comb[dst][src]]. */
+#define X4K_HC_NCOEF(n_hc) ((n_hc) * (2 + (n_hc)))
+
+#ifdef X4K_HAVE_CUDA
+/* H[t][s][:] = bf16 row ids[t] of emb ([n_vocab][D]), widened, for every
+ * stream s < n_hc (spec 6.2).  ids on the device (a sampled id feeds the next
+ * step without a read-back); an id outside [0, n_vocab) gives a NaN row. */
+int x4k_embed(const uint16_t *emb, int n_vocab, int D, int n_hc, const int32_t *ids,
+	      int n_tok, float *H, cudaStream_t s, x4_err *e);
+
+/* y[t] = gain * x[t] / sqrt(mean(x[t]^2) + eps), fp32; rows of n at stride
+ * ld_x / ld_y floats; gain may be NULL (1); y may be x. */
+int x4k_rmsnorm(int n_tok, int n, const float *x, int ld_x, const float *gain, float eps,
+		float *y, int ld_y, cudaStream_t s, x4_err *e);
+
+/* Spec 6.8 before the logits: y[t] = RMS_gain(mean_s H[t][s]).  H [n_tok][n_hc][D]. */
+int x4k_head(int n_tok, int n_hc, int D, const float *H, const float *gain, float eps,
+	     float *y, cudaStream_t s, x4_err *e);
+
+/* ---- hyper-connection (spec 6.3, 6.4) ----
+ * x4k_hc_pre: the gate of one sublayer for n_tok tokens, all fp32: RMS over
+ * the flattened n_hc*D, the projection with the BF16 fn ([ncoef][n_hc*D],
+ * stream-major columns), sigmoids, clamp, exp(x - rowmax), the Sinkhorn
+ * rounds, and the collapse x[t] = sum_s pre[s] H[t][s] ([n_tok][D]); coef
+ * [n_tok][ncoef].  Optionally fused with the previous sublayer's stream
+ * update (spec 6.4 A4/F4): when y_prev is not NULL the state used is
+ *   H_out[d] = post_prev[d] * y_prev + sum_s comb_prev[d][s] * H[s]
+ * (coef_prev, y_prev [n_tok][D]), written to H_out (may be H); otherwise
+ * H_out is ignored.  eager selects the multi-kernel path (the same
+ * arithmetic in five launches) instead of the one fused kernel.  The fused
+ * kernel splits a few tokens' projection across blocks, the last block to
+ * finish doing the coefficients and the collapse; ws (x4k_hc_workspace_bytes
+ * for at least n_tok) must be zeroed once after allocation, and every call
+ * leaves it zeroed again.  Calls sharing one ws must be on one stream. */
+size_t x4k_hc_workspace_bytes(const x4k_hc_cfg *c, int n_tok);
+int x4k_hc_pre(const x4k_hc_cfg *c, int n_tok, const float *H, const uint16_t *fn,
+	       const float *base, const float *scale, const float *y_prev,
+	       const float *coef_prev, float *H_out, float *x, float *coef, bool eager,
+	       void *ws, size_t ws_bytes, cudaStream_t s, x4_err *e);
+/* The stream update alone: H_out[t][d] = post[d] * y[t] + sum_s comb[d][s] *
+ * H[t][s] (comb [dst][src], spec 6.4); H_out may be H. */
+int x4k_hc_post(const x4k_hc_cfg *c, int n_tok, const float *coef, const float *y,
+		const float *H, float *H_out, cudaStream_t s, x4_err *e);
+
+/* ---- MLA (spec 6.5), absorbed ----
+ * Layouts: q [n_tok][n_head][d_nope + d_rope] (W_qb's output), qt
+ * [n_tok][n_head][cw] (q-tilde then the roped q_r: the 576-wide query the
+ * cache rows are dotted with), ob [n_tok][n_head][kv_lora], o
+ * [n_tok][n_head][d_v] (W_o's input).  W_kb [n_head][kv_lora][d_nope] and
+ * W_vb [n_head][d_v][kv_lora] are the BF16 tensors as stored. */
+
+/* YaRN RoPE (spec 6.5) on n_vec vectors of d_rope per token, adjacent pairs,
+ * angle fl32(fl32(p) * omega[i]) with an accurate cos/sin; omega [d_rope/2]
+ * on the device (x4_yarn_freqs).  Vector v of token t starts at
+ * in + t*ld_in_tok + v*ld_in_vec (likewise out); out may be in. */
+int x4k_rope(int n_tok, int n_vec, int d_rope, const float *in, long ld_in_tok,
+	     int ld_in_vec, float *out, long ld_out_tok, int ld_out_vec, const float *omega,
+	     const int *pos, cudaStream_t s, x4_err *e);
+
+/* Cache row *pos + t of one layer from kva [n_tok][kv_lora + d_rope] (W_kva's
+ * output): RMS_gain of the first kv_lora, RoPE of the d_rope tail, as fp16.
+ * Rows at or past max_ctx are not written (the caller refuses them first). */
+int x4k_kv_store(int n_tok, int kv_lora, int d_rope, const float *kva, const float *gain,
+		 float eps, const float *omega, const int *pos, uint16_t *cache, int max_ctx,
+		 cudaStream_t s, x4_err *e);
+
+/* qt[t][h][c] = sum_n W_kb[h][c][n] q[t][h][n] for c < kv_lora (the rope part
+ * of qt is left alone: x4k_rope writes it). */
+int x4k_mla_absorb_q(int n_tok, int n_head, int kv_lora, int d_nope, int d_rope,
+		     const uint16_t *w_kb, const float *q, float *qt, cudaStream_t s,
+		     x4_err *e);
+/* o[t][h][j] = sum_c W_vb[h][j][c] ob[t][h][c]. */
+int x4k_mla_expand_v(int n_tok, int n_head, int kv_lora, int d_v, const uint16_t *w_vb,
+		     const float *ob, float *o, cudaStream_t s, x4_err *e);
+
+/* Decode attention for one token at position *pos over cache rows
+ * [0, *pos] (at most max_ctx): scores kq_scale * qt[h] . row, an fp32
+ * softmax, ob[h] = sum P row[0:kv_lora].  Split across the SMs
+ * (flash-decoding): the grid is sized from max_ctx on the host, the spans
+ * from *pos on the device; partial max/sum/accumulators go to ws
+ * (x4k_mla_decode_workspace_bytes) and a second kernel combines them.
+ * kv_lora <= 512, cw <= 1024, both even. */
+size_t x4k_mla_decode_workspace_bytes(int n_head, int kv_lora, int max_ctx);
+int x4k_mla_decode(int n_head, int kv_lora, int d_rope, const float *qt, const uint16_t *cache,
+		   int max_ctx, const int *pos, float kq_scale, float *ob, void *ws,
+		   size_t ws_bytes, cudaStream_t s, x4_err *e);
+/* Prefill attention for n_tok tokens at *pos + t, each over rows
+ * [0, *pos + t] (causal; the chunk's own rows already stored). */
+int x4k_mla_prefill(int n_tok, int n_head, int kv_lora, int d_rope, const float *qt,
+		    const uint16_t *cache, int max_ctx, const int *pos, float kq_scale,
+		    float *ob, cudaStream_t s, x4_err *e);
+
+/* ---- sampling on the device (a step reads back one id) ---- */
+/* out[0] = argmax of logits [n_vocab], NaN skipped, the lowest id on ties
+ * (0 when every value is NaN). */
+size_t x4k_sample_workspace_bytes(int n_vocab);
+int x4k_argmax(int n_vocab, const float *logits, int32_t *out, void *ws, size_t ws_bytes,
+	       cudaStream_t s, x4_err *e);
+/* Temperature / top-k / top-p: keep the top_k (0: all) by logit, then the
+ * fewest of those, highest first, whose softmax(logit / temperature) mass
+ * reaches top_p (every token tied with the last one kept is kept too),
+ * and draw from them in id order with u = x4r_rng_uniform(seed, *counter);
+ * *counter is then incremented on the device.  temperature 0 or top_k 1 is
+ * the argmax.  One block: ~tens of microseconds at 131072. */
+int x4k_sample(int n_vocab, const float *logits, float temperature, int top_k, float top_p,
+	       uint64_t seed, uint64_t *counter, int32_t *out, void *ws, size_t ws_bytes,
+	       cudaStream_t s, x4_err *e);
+#endif /* X4K_HAVE_CUDA */
+
+/* References of section 2 (lib/ref/ref_hc.c, ref_attn.c, ref_misc.c):
+ * double accumulators, host pointers, the same arguments as the kernels.
+ * `mag` outputs (optional) give the sum of |terms| behind each value, the
+ * scale an fp32 rounding error is measured against. */
+void x4r_embed(const uint16_t *emb, int n_vocab, int D, int n_hc, const int32_t *ids,
+	       int n_tok, float *H);
+void x4r_rmsnorm(int n_tok, int n, const float *x, int ld_x, const float *gain, float eps,
+		 float *y, int ld_y);
+void x4r_head(int n_tok, int n_hc, int D, const float *H, const float *gain, float eps,
+	      float *y);
+/* H_out is written when y_prev is given; x_mag [n_tok][D] optional. */
+void x4r_hc_pre(const x4k_hc_cfg *c, int n_tok, const float *H, const uint16_t *fn,
+		const float *base, const float *scale, const float *y_prev,
+		const float *coef_prev, float *H_out, float *x, float *coef, float *x_mag);
+void x4r_hc_post(const x4k_hc_cfg *c, int n_tok, const float *coef, const float *y,
+		 const float *H, float *H_out);
+void x4r_rope(int n_tok, int n_vec, int d_rope, const float *in, long ld_in_tok,
+	      int ld_in_vec, float *out, long ld_out_tok, int ld_out_vec, const float *omega,
+	      int pos);
+void x4r_kv_store(int n_tok, int kv_lora, int d_rope, const float *kva, const float *gain,
+		  float eps, const float *omega, int pos, uint16_t *cache, int max_ctx);
+void x4r_mla_absorb_q(int n_tok, int n_head, int kv_lora, int d_nope, int d_rope,
+		      const uint16_t *w_kb, const float *q, float *qt);
+void x4r_mla_expand_v(int n_tok, int n_head, int kv_lora, int d_v, const uint16_t *w_vb,
+		      const float *ob, float *o);
+/* Absorbed attention for n_tok tokens at pos + t (decode is n_tok 1); mag
+ * [n_tok][n_head][kv_lora] optional (sum_tau P |row|); smax (optional)
+ * receives the largest |score|. */
+void x4r_mla_attn(int n_tok, int n_head, int kv_lora, int d_rope, const float *qt,
+		  const uint16_t *cache, int max_ctx, int pos, float kq_scale, float *ob,
+		  float *mag, double *smax);
+int32_t x4r_argmax(int n_vocab, const float *logits);
+/* The sampler's uniform draw in [0, 1): a counter-based hash of (seed,
+ * counter), the same on the host and the device. */
+double x4r_rng_uniform(uint64_t seed, uint64_t counter);
+/* x4k_sample's rule in double.  kept (optional, [n_vocab]) marks the kept set. */
+int32_t x4r_sample(int n_vocab, const float *logits, float temperature, int top_k,
+		   float top_p, uint64_t seed, uint64_t counter, unsigned char *kept);
+
+/* ============ 3. ref: plain-C references (lib/ref/) ============ */
+/* Obvious loops with double accumulators over weights dequantized by
+ * x4_dequant; rows run on all CPUs.  `mag` (optional, same shape as y)
+ * receives the sum of |terms| behind each output, the scale an fp32
+ * rounding error is measured against: |y_fp32 - y| <= c * 2^-24 * mag. */
+int x4r_gemv(int type, const void *w, int n, int k, const float *x, float *y,
+	     float *mag, x4_err *e);
+/* x [n_tok][k], y and mag [n_tok][n]. */
+int x4r_gemm(int type, const void *w, int n, int k, int n_tok, const float *x,
+	     float *y, float *mag, x4_err *e);
+void x4r_swiglu(int64_t n, const float *g, const float *u, float *h);
+/* The router of spec 6.7 in double.  sel, wts: [n_tok][k]; score (optional,
+ * [n_tok][n_expert]) receives g + bias and lmag (optional, same shape) the
+ * sum of |W_r x| terms of each logit. */
+int x4r_moe_router(int n_tok, int d, int n_expert, int k, const float *x,
+		   const float *w_r, const float *bias, float scale, bool norm,
+		   int32_t *sel, float *wts, float *score, float *lmag, x4_err *e);
+/* y = sum over slots in ascending expert id of wts * Expert(x), + shared
+ * (optional), in double.  mag: first-order error scale of each y, including
+ * what the gate and up products' rounding carries through SwiGLU. */
+int x4r_moe_experts(int type, int n_tok, int d, int f, int n_expert, int k,
+		    const float *x, const void *gate, const void *up,
+		    const void *down, const int32_t *sel, const float *wts,
+		    const float *shared, float *y, float *mag, x4_err *e);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,154 @@
+#!/usr/bin/env bash
+# tool_run.sh - run bin/x4-run on the tiny preset and check what it prints
+# and how it exits.  Run from the tree's root (tests/run.sh does).
+set -u
+cd "$(dirname "$0")/.." || exit 2
+RUN=bin/x4-run
+MODEL=build/models/tiny
+PY=build/venv/bin/python
+[ -x "$PY" ] || PY=python3
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+pass() { echo "PASS $1"; }
+fail() { echo "FAIL $1: $2"; }
+check() { # name, condition-status, why
+	if [ "$2" -eq 0 ]; then pass "$1"; else fail "$1" "$3"; fi
+}
+# A JSON field of the one object in a file, via python's json module.
+jget() { python3 -c 'import json,sys; v=json.load(open(sys.argv[1]))[sys.argv[2]]; print(json.dumps(v) if isinstance(v,(list,dict)) else v)' "$1" "$2"; }
+
+if [ ! -x "$RUN" ] || [ ! -d "$MODEL" ]; then
+	fail tool_run.setup "$RUN or $MODEL missing: run make"
+	exit 1
+fi
+
+# The README's main command: no arguments at all (stdin empty, as in CI).
+"$RUN" </dev/null >"$tmp/out" 2>"$tmp/err"; rc=$?
+check run.no_args.exit $((rc != 0)) "exit $rc: $(head -c 300 "$tmp/err")"
+check run.no_args.text $(( $(wc -c <"$tmp/out") < 2 )) "stdout has $(wc -c <"$tmp/out") bytes"
+grep -q '^x4-run: prompt [0-9]* tokens, prefill' "$tmp/err"; check run.stats.prefill $? "no prefill line in: $(cat "$tmp/err")"
+grep -q '^x4-run: first decode step' "$tmp/err"; check run.stats.first_step $? "no first-step line"
+grep -q '^x4-run: steady decode .* tok/s (median step' "$tmp/err"; check run.stats.steady $? "no steady line"
+grep -q '^x4-run: generated [0-9]* tokens, stop: \(count\|eos\)' "$tmp/err"; check run.stats.stop $? "no stop line"
+n_other=$(grep -vc '^x4-run: ' "$tmp/err")
+check run.stderr.only_stats $((n_other != 0)) "stderr has other lines: $(grep -v '^x4-run: ' "$tmp/err" | head -3)"
+
+# From another directory: the default model is found beside the binary.
+(cd /tmp && "$OLDPWD/$RUN" -n 2 </dev/null >/dev/null 2>"$tmp/err"); rc=$?
+check run.default_model_from_elsewhere $((rc != 0)) "exit $rc: $(head -c 300 "$tmp/err")"
+
+# --tokenize: one line of comma-separated ids, exit 0.
+"$RUN" --tokenize -p "Hello world, this is x4." >"$tmp/out" 2>"$tmp/err"; rc=$?
+grep -Eqx '[0-9]+(,[0-9]+)*' "$tmp/out"; ok=$?
+check run.tokenize $((rc != 0 || ok != 0 || $(wc -l <"$tmp/out") != 1)) \
+	"exit $rc, stdout '$(head -c 200 "$tmp/out")'"
+"$RUN" --tokenize --chat -p "Hi" >"$tmp/chat" 2>&1; rc=$?
+check run.tokenize.chat $((rc != 0)) "exit $rc: $(head -c 200 "$tmp/chat")"
+"$RUN" --tokenize --bos -p "Hi" >"$tmp/bos" 2>&1
+grep -q '^1,' "$tmp/bos"; check run.tokenize.bos $? "--bos does not start with 1: $(cat "$tmp/bos")"
+
+# --tokens: raw ids, --json: one object on stdout, nothing on stderr.
+"$RUN" --tokens 1,5,9 -n 4 --ignore-eos --json >"$tmp/j" 2>"$tmp/err"; rc=$?
+check run.tokens.exit $((rc != 0)) "exit $rc: $(head -c 300 "$tmp/err")"
+check run.json.stderr_empty $(( $(wc -c <"$tmp/err") != 0 )) "stderr: $(head -c 300 "$tmp/err")"
+pt=$(jget "$tmp/j" prompt_tokens 2>/dev/null); gt=$(jget "$tmp/j" generated_tokens 2>/dev/null)
+check run.tokens.counts $(( pt != 3 || gt != 4 )) "prompt_tokens '$pt', generated '$gt': $(head -c 300 "$tmp/j")"
+"$RUN" --tokens 1,99999999 -n 1 >/dev/null 2>"$tmp/err"; rc=$?
+check run.tokens.out_of_vocab $((rc != 1)) "exit $rc, want 1"
+
+# --dump-logits: [prompt + generated, vocab] float32, rows aligned with the
+# tokens: greedy picks each row's argmax as the next token.
+"$RUN" -p "The quick brown fox" -n 5 --ignore-eos --json --dump-logits "$tmp/l.npy" \
+	>"$tmp/j" 2>"$tmp/err"; rc=$?
+check run.dump.exit $((rc != 0)) "exit $rc: $(head -c 300 "$tmp/err")"
+pt=$(jget "$tmp/j" prompt_tokens 2>/dev/null); toks=$(jget "$tmp/j" tokens 2>/dev/null)
+if "$PY" -c 'import numpy' 2>/dev/null; then
+	msg=$("$PY" - "$tmp/l.npy" "$pt" "$toks" <<'EOF' 2>&1
+import json, sys
+import numpy as np
+a = np.load(sys.argv[1])
+p, toks = int(sys.argv[2]), json.loads(sys.argv[3])
+assert a.dtype == np.float32, a.dtype
+assert a.shape == (p + len(toks), 32768), (a.shape, p, len(toks))
+assert np.isfinite(a).all(), "non-finite logits"
+got = [int(i) for i in a[p - 1:p - 1 + len(toks)].argmax(axis=1)]
+assert got == toks, ("argmax", got, "generated", toks)
+print("ok")
+EOF
+)
+else
+	# No numpy: read the header by hand.
+	hdr=$(head -c 128 "$tmp/l.npy" | tail -c 118)
+	want="'shape': ($((pt + 5)), 32768)"
+	size=$(stat -c %s "$tmp/l.npy")
+	if [[ "$hdr" == *"'descr': '<f4'"*"$want"* ]] && [ "$size" -eq $((128 + (pt + 5) * 32768 * 4)) ]; then
+		msg=ok
+	else
+		msg="header '$hdr', size $size, want $want"
+	fi
+fi
+check run.dump.npy $([ "$msg" = ok ]; echo $?) "$msg"
+ls "$tmp"/l.npy.tmp.* >/dev/null 2>&1
+check run.dump.no_temp_left $((! $?)) "a temporary file is left beside the .npy"
+
+# Greedy is deterministic; a seed makes sampling reproducible.
+for i in 1 2; do "$RUN" -p "Once upon" -n 16 --ignore-eos --json >"$tmp/g$i" 2>/dev/null; done
+a=$(jget "$tmp/g1" tokens); b=$(jget "$tmp/g2" tokens)
+check run.greedy.deterministic $([ -n "$a" ] && [ "$a" = "$b" ]; echo $?) "'$a' vs '$b'"
+for i in 1 2; do
+	"$RUN" -p "Once upon" -n 16 --ignore-eos --temperature 0.9 --top-k 50 --top-p 0.95 -s 7 --json \
+		>"$tmp/s$i" 2>/dev/null
+done
+"$RUN" -p "Once upon" -n 16 --ignore-eos --temperature 0.9 --top-k 50 --top-p 0.95 -s 8 --json \
+	>"$tmp/s3" 2>/dev/null
+a=$(jget "$tmp/s1" tokens); b=$(jget "$tmp/s2" tokens); c=$(jget "$tmp/s3" tokens)
+check run.seed.reproducible $([ -n "$a" ] && [ "$a" = "$b" ]; echo $?) "'$a' vs '$b'"
+check run.seed.matters $([ "$a" != "$c" ]; echo $?) "seeds 7 and 8 gave the same 16 tokens '$a'"
+
+# Usage errors: exit 2, one message on stderr.
+for args in "-n abc" "-n 5x" "-n -1" "--temperature hot" "--top-p 2" "--top-k 1.5" \
+	"--tokens 1,,2" "--tokens 1,a" "-s -1" "--threads x" "--max-model-len 0" \
+	"--device gpu" "--resid f8" "--system hi" "--no-such-flag"; do
+	# shellcheck disable=SC2086
+	"$RUN" $args </dev/null >"$tmp/out" 2>"$tmp/err"; rc=$?
+	check "run.usage[$args]" $((rc != 2 || $(wc -c <"$tmp/err") == 0)) "exit $rc, stderr '$(head -c 200 "$tmp/err")'"
+done
+"$RUN" -h >"$tmp/out" 2>"$tmp/err"; rc=$?
+grep -q '^usage: x4-run' "$tmp/out"; ok=$?
+check run.help $((rc != 0 || ok != 0)) "exit $rc"
+"$RUN" --version >"$tmp/out" 2>&1; rc=$?
+grep -q 'commit .*CUDA runtime' "$tmp/out"; ok=$?
+check run.version $((rc != 0 || ok != 0)) "exit $rc: $(cat "$tmp/out")"
+
+# A missing model: exit 1, the message names the path.
+"$RUN" -m "$tmp/no/such/model" </dev/null >/dev/null 2>"$tmp/err"; rc=$?
+grep -q "$tmp/no/such/model" "$tmp/err"; ok=$?
+check run.missing_model $((rc != 1 || ok != 0)) "exit $rc: $(head -c 300 "$tmp/err")"
+
+# A prompt longer than the context: exit 1 with a message that says so.
+"$RUN" -p "one two three four five six seven eight nine ten" --max-model-len 4 \
+	>/dev/null 2>"$tmp/err"; rc=$?
+grep -q 'max-model-len' "$tmp/err"; ok=$?
+check run.max_model_len $((rc != 1 || ok != 0)) "exit $rc: $(head -c 300 "$tmp/err")"
+# A context that fills up during generation ends the run, not in failure.
+"$RUN" --tokens 1,5 --max-model-len 6 -n 50 --ignore-eos --json >"$tmp/j" 2>"$tmp/err"; rc=$?
+st=$(jget "$tmp/j" stop 2>/dev/null)
+check run.context_full $([ "$rc" = 0 ] && [ "$st" = context ]; echo $?) "exit $rc, stop '$st': $(head -c 300 "$tmp/err")"
+
+# SIGINT at a token boundary: exit 130, the text so far printed, stats too.
+"$RUN" -n 100000 --ignore-eos </dev/null >"$tmp/out" 2>"$tmp/err" &
+pid=$!
+# Signal once tokens are flowing (a slow machine may still be loading at 1 s).
+for _ in $(seq 100); do
+	[ "$(wc -c <"$tmp/out")" -gt 0 ] && break
+	sleep 0.2
+done
+sleep 1
+kill -INT "$pid"
+wait "$pid"; rc=$?
+check run.sigint.exit $((rc != 130)) "exit $rc, want 130"
+check run.sigint.text $(( $(wc -c <"$tmp/out") < 2 )) "stdout has $(wc -c <"$tmp/out") bytes"
+grep -q 'stop: interrupt' "$tmp/err"; check run.sigint.stats $? "stderr: $(tail -c 300 "$tmp/err")"
+
+exit 0
