@@ -36,6 +36,7 @@ static void usage(FILE *f)
 "              [--chat [--system TEXT]] [-n N] [--temperature T] [--top-k K]\n"
 "              [--top-p P] [-s SEED] [--ignore-eos] [--device cpu|cuda:N]\n"
 "              [--threads N] [--max-model-len N] [--resid f32|f16|bf16]\n"
+"              [--prec f32|f64] [--kv-cache f16|exact]\n"
 "              [--dump-logits FILE.npy] [--tokenize] [--json]\n"
 "Generate text from a xing4_0 checkpoint; statistics go to stderr.\n"
 "  -m, --model PATH        a .gguf or a folder holding one (default: the tiny\n"
@@ -59,6 +60,9 @@ static void usage(FILE *f)
 "      --threads N         CPU threads (default 0 = all)\n"
 "      --max-model-len N   positions the cache holds (default: the library's)\n"
 "      --resid W           residual stream width: f32 (default), f16, bf16\n"
+"      --prec P            CPU arithmetic: f32 (default) or f64 (the reference)\n"
+"      --kv-cache K        latent cache values: f16 (default with f32) or exact\n"
+"                          (the arithmetic's own width; CPU only)\n"
 "      --dump-logits FILE  write the logits of every position as float32 .npy\n"
 "      --tokenize          print the prompt's token ids and exit\n"
 "      --json              print text and statistics as one JSON object\n"
@@ -110,6 +114,37 @@ static int parse_device(const char *s)
 		return (int)parse_long(s + 5, 0, 1023, "--device cuda:");
 	die_usage("--device '%s': expected cpu or cuda:N%s", s, "");
 	return -1;
+}
+
+static int parse_prec(const char *s)
+{
+	if (strcmp(s, "f32") == 0)
+		return X4_PREC_F32;
+	if (strcmp(s, "f64") == 0)
+		return X4_PREC_F64;
+	die_usage("--prec '%s': expected f32 or f64%s", s, "");
+	return 0;
+}
+
+static int parse_kv(const char *s)
+{
+	if (strcmp(s, "f16") == 0)
+		return X4_KV_F16;
+	if (strcmp(s, "exact") == 0)
+		return X4_KV_EXACT;
+	die_usage("--kv-cache '%s': expected f16 or exact%s", s, "");
+	return 0;
+}
+
+/* What the cache holds, as the trunk resolves X4_KV_DEFAULT: fp16 values
+ * with f32 arithmetic (and always on the GPU), exact with f64. */
+static const char *kv_name(const x4_trunk_opts *t)
+{
+	if (t->kv == X4_KV_F16)
+		return "f16";
+	if (t->kv == X4_KV_EXACT)
+		return "exact";
+	return t->prec == X4_PREC_F64 && t->device < 0 ? "exact" : "f16";
 }
 
 static int parse_resid(const char *s)
@@ -283,7 +318,7 @@ static void parse_args(int argc, char **argv, struct opts *o)
 {
 	enum { O_TOK = 256, O_CHAT, O_SYSTEM, O_BOS, O_SPECIAL, O_TEMP, O_TOPK, O_TOPP,
 	       O_IGNORE_EOS, O_DEVICE, O_THREADS, O_MAXLEN, O_RESID, O_TOKENS, O_TOKENIZE,
-	       O_DUMP, O_JSON, O_VERSION };
+	       O_DUMP, O_JSON, O_VERSION, O_PREC, O_KV };
 	static const struct option lo[] = {
 		{"model", required_argument, 0, 'm'},
 		{"tokenizer", required_argument, 0, O_TOK},
@@ -303,6 +338,8 @@ static void parse_args(int argc, char **argv, struct opts *o)
 		{"threads", required_argument, 0, O_THREADS},
 		{"max-model-len", required_argument, 0, O_MAXLEN},
 		{"resid", required_argument, 0, O_RESID},
+		{"prec", required_argument, 0, O_PREC},
+		{"kv-cache", required_argument, 0, O_KV},
 		{"tokens", required_argument, 0, O_TOKENS},
 		{"tokenize", no_argument, 0, O_TOKENIZE},
 		{"dump-logits", required_argument, 0, O_DUMP},
@@ -350,6 +387,8 @@ static void parse_args(int argc, char **argv, struct opts *o)
 		case O_THREADS: o->trunk.threads = (int)parse_long(optarg, 0, 4096, "--threads"); break;
 		case O_MAXLEN: o->trunk.max_ctx = (int)parse_long(optarg, 1, INT_MAX, "--max-model-len"); break;
 		case O_RESID: o->trunk.resid = parse_resid(optarg); break;
+		case O_PREC: o->trunk.prec = parse_prec(optarg); break;
+		case O_KV: o->trunk.kv = parse_kv(optarg); break;
 		case O_TOKENS: o->tokens = optarg; break;
 		case O_TOKENIZE: o->tokenize = true; break;
 		case O_DUMP: o->dump = optarg; break;
@@ -471,7 +510,8 @@ static void step_summary(const struct stats *s, double *first, double *median, s
 }
 
 static void print_stats(const struct opts *o, const x4_model *m, const x4_paths *paths,
-			const struct stats *s, const struct buf *text, const int32_t *gen)
+			const struct stats *s, const struct buf *text, const int32_t *gen,
+			const x4_trunk_stats *ts)
 {
 	double first, median;
 	size_t n_steady;
@@ -480,10 +520,17 @@ static void print_stats(const struct opts *o, const x4_model *m, const x4_paths 
 	double prefill_tok_s = s->prefill_s > 0 ? s->n_prompt / s->prefill_s : NAN;
 	if (!o->json) {
 		fprintf(stderr, PROG ": model %s (fingerprint %s), device %s, threads %d, resid %s, "
-			"temperature %g, top_k %d, top_p %g, seed %llu\n", paths->gguf,
-			x4_model_fingerprint(m), o->device, threads, resid_name(o->trunk.resid),
-			o->samp.temperature, o->samp.top_k, o->samp.top_p,
+			"prec %s, kv-cache %s, temperature %g, top_k %d, top_p %g, seed %llu\n",
+			paths->gguf, x4_model_fingerprint(m), o->device, threads,
+			resid_name(o->trunk.resid), o->trunk.prec == X4_PREC_F64 ? "f64" : "f32",
+			kv_name(&o->trunk), o->samp.temperature, o->samp.top_k, o->samp.top_p,
 			(unsigned long long)o->samp.seed);
+		if (ts->resident_bytes)
+			fprintf(stderr, PROG ": loaded %.2f GiB to %s in %.2f s (%.1f GB/s); KV cache "
+				"%.0f MiB for %d positions; prefill chunk %d\n",
+				ts->resident_bytes / 1073741824.0, ts->device, ts->load_s,
+				ts->load_s > 0 ? ts->resident_bytes / ts->load_s / 1e9 : 0.0,
+				ts->cache_bytes / 1048576.0, ts->max_ctx, ts->prefill_chunk);
 		fprintf(stderr, PROG ": prompt %zu tokens, prefill %.3f s = %.1f tok/s\n",
 			s->n_prompt, s->prefill_s, prefill_tok_s);
 		if (s->n_steps)
@@ -516,7 +563,13 @@ static void print_stats(const struct opts *o, const x4_model *m, const x4_paths 
 			1.0 / median);
 	else
 		fprintf(f, ",\"decode_median_step_ms\":null,\"decode_tok_s\":null");
-	fprintf(f, ",\"decode_steady_steps\":%zu,\"model\":", n_steady);
+	fprintf(f, ",\"decode_steady_steps\":%zu,\"load_s\":%.4f,\"resident_bytes\":%llu,"
+		"\"cache_bytes\":%llu,\"max_ctx\":%d,\"prefill_chunk\":%d,\"device_name\":", n_steady,
+		ts->load_s, (unsigned long long)ts->resident_bytes,
+		(unsigned long long)ts->cache_bytes, ts->max_ctx, ts->prefill_chunk);
+	json_str(f, ts->device, strlen(ts->device));
+	fprintf(f, ",\"prec\":\"%s\",\"kv_cache\":\"%s\",\"model\":",
+		o->trunk.prec == X4_PREC_F64 ? "f64" : "f32", kv_name(&o->trunk));
 	json_str(f, paths->gguf, strlen(paths->gguf));
 	fprintf(f, ",\"model_fingerprint\":\"%s\",\"commit\":\"%s\",\"device\":\"%s\","
 		"\"threads\":%d,\"resid\":\"%s\",\"chat\":%s,\"temperature\":%g,\"top_k\":%d,"
@@ -703,7 +756,9 @@ int main(int argc, char **argv)
 		fprintf(stderr, PROG ": %s\n", e.msg);
 		return 1;
 	}
-	print_stats(&o, m, &paths, &st, &text, gen);
+	x4_trunk_stats ts;
+	x4_trunk_get_stats(t, &ts);
+	print_stats(&o, m, &paths, &st, &text, gen, &ts);
 	x4_sampler_free(smp);
 	x4_trunk_free(t);
 	x4_model_close(m);

@@ -82,7 +82,8 @@ extern "C" int x4k_mla_decode(int n_head, int kv_lora, int d_rope, const float *
 	a.pm = (float *)ws;
 	a.pl = a.pm + (size_t)nsplit * n_head;
 	a.pacc = a.pl + (size_t)nsplit * n_head;
-	a.pacc += (8 - ((uintptr_t)a.pacc / sizeof(float)) % 2) % 2; /* 8-byte aligned rows */
+	if ((uintptr_t)a.pacc % 8) /* float2 stores: 8-byte aligned rows (the +256 covers it) */
+		a.pacc += 1;
 	a.n_head = n_head;
 	a.kv_lora = kv_lora;
 	a.cw = cw;

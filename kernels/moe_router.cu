@@ -8,7 +8,7 @@
 #include "cuda_check.h"
 #include "x4_kern.h"
 
-#define ROUTER_THREADS 256
+#define ROUTER_WARPS 4
 #define TABLE_THREADS 512
 #define MAX_EXPERTS 256
 #define MAX_K 8
@@ -34,7 +34,7 @@ extern "C" size_t x4k_moe_routes_bytes(int n_tok, int k, int n_expert, int tile)
 		return 0;
 	size_t r = (size_t)n_tok * k, mt = (size_t)max_tiles((int)r, n_expert, tile);
 	return align256(r * 4) * 3 + align256((size_t)n_expert * 4) + align256(((size_t)n_expert + 1) * 4) +
-	       align256(mt * 4) * 2 + align256(4);
+	       align256(mt * 4) * 2 + align256(4) + align256((size_t)n_tok * n_expert * 4);
 }
 
 extern "C" int x4k_moe_routes_init(x4k_moe_routes *r, void *ws, size_t ws_bytes, int n_tok, int k,
@@ -65,79 +65,123 @@ extern "C" int x4k_moe_routes_init(x4k_moe_routes *r, void *ws, size_t ws_bytes,
 	r->offsets = reinterpret_cast<int32_t *>(p), p += align256(((size_t)n_expert + 1) * 4);
 	r->tile_expert = reinterpret_cast<int32_t *>(p), p += align256((size_t)r->max_tiles * 4);
 	r->tile_start = reinterpret_cast<int32_t *>(p), p += align256((size_t)r->max_tiles * 4);
-	r->n_tiles = reinterpret_cast<int32_t *>(p);
+	r->n_tiles = reinterpret_cast<int32_t *>(p), p += align256(4);
+	r->score = reinterpret_cast<float *>(p);
 	return 0;
 }
 
-/* One block a token: warp w computes the logits of experts w, w+8, ...
- * (each the same lane split and shuffle tree, so two equal rows give equal
- * logits), then thread 0 selects and weighs. */
-__global__ void __launch_bounds__(ROUTER_THREADS)
-router_kernel(int d, int n_expert, int k, const float *__restrict__ x, const float *__restrict__ w_r,
-	      const float *__restrict__ bias, float scale, bool norm, int32_t *__restrict__ sel,
-	      float *__restrict__ wts)
+/* The logits, spread over the card: a warp per (token, expert), a block
+ * per token and four experts, x in shared memory.  Every warp runs the same
+ * lane split and shuffle tree, so two equal weight rows give equal bits. */
+__global__ void __launch_bounds__(ROUTER_WARPS * 32)
+router_logits_kernel(int d, int n_expert, const float *__restrict__ x, const float *__restrict__ w_r,
+		     float *__restrict__ score)
 {
 	extern __shared__ float xs[]; /* [d] */
-	__shared__ float g[MAX_EXPERTS], sb[MAX_EXPERTS];
-	__shared__ bool taken[MAX_EXPERTS];
-	const int t = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+	const int t = blockIdx.y, lane = threadIdx.x & 31;
+	const int ex = blockIdx.x * ROUTER_WARPS + (threadIdx.x >> 5);
 	const float *xt = x + (size_t)t * d;
 	for (int c = threadIdx.x; c < d; c += blockDim.x)
 		xs[c] = xt[c];
 	__syncthreads();
-	for (int ex = warp; ex < n_expert; ex += ROUTER_THREADS / 32) {
-		const float *wr = w_r + (size_t)ex * d;
-		float a = 0.f;
-		for (int c = lane; c < d; c += 32)
-			a += wr[c] * xs[c];
-#pragma unroll
-		for (int o = 16; o; o >>= 1)
-			a += __shfl_xor_sync(0xffffffffu, a, o);
-		if (lane == 0) {
-			const float gs = 1.f / (1.f + expf(-a));
-			g[ex] = gs;
-			sb[ex] = gs + bias[ex];
-			taken[ex] = false;
-		}
-	}
-	__syncthreads();
-	if (threadIdx.x != 0)
+	if (ex >= n_expert)
 		return;
+	const float *wr = w_r + (size_t)ex * d;
+	float a = 0.f;
+	for (int c = lane; c < d; c += 32)
+		a = __fmaf_rn(wr[c], xs[c], a);
+#pragma unroll
+	for (int o = 16; o; o >>= 1)
+		a = __fadd_rn(a, __shfl_xor_sync(0xffffffffu, a, o));
+	if (lane == 0)
+		score[(size_t)t * n_expert + ex] = 1.f / (1.f + expf(-a));
+}
+
+/* A warp a token: lane l holds experts l, l+32, ... (g + bias in
+ * registers); each of the k rounds takes the warp's maximum in the order
+ * (g + bias descending, index ascending), so the lower index wins an exact
+ * tie, and marks it taken.  Every lane ends a round with the same pick. */
+__global__ void __launch_bounds__(ROUTER_WARPS * 32)
+router_select_kernel(int n_tok, int n_expert, int k, const float *__restrict__ score,
+		     const float *__restrict__ bias, float scale, bool norm, int32_t *__restrict__ sel,
+		     float *__restrict__ wts)
+{
+	const int t = blockIdx.x * ROUTER_WARPS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+	if (t >= n_tok)
+		return;
+	const float *g = score + (size_t)t * n_expert;
+	float gv[MAX_EXPERTS / 32], sb[MAX_EXPERTS / 32];
+	unsigned taken = 0;
+#pragma unroll
+	for (int j = 0; j < MAX_EXPERTS / 32; j++) {
+		const int ex = lane + 32 * j;
+		gv[j] = ex < n_expert ? g[ex] : 0.f;
+		sb[j] = ex < n_expert ? gv[j] + bias[ex] : 0.f;
+		if (ex >= n_expert)
+			taken |= 1u << j;
+	}
 	float sum = 0.f;
 	int pick[MAX_K];
+	float pg[MAX_K];
 #pragma unroll
 	for (int s = 0; s < MAX_K; s++) {
 		if (s >= k)
 			break;
-		int best = -1;
-		/* ascending scan with a strict >: the lower index keeps a tie */
-		for (int ex = 0; ex < n_expert; ex++)
-			if (!taken[ex] && (best < 0 || sb[ex] > sb[best]))
-				best = ex;
-		taken[best] = true;
-		pick[s] = best;
-		sum += g[best];
+		int be = -1;
+		float bsb = 0.f, bg = 0.f;
+#pragma unroll
+		for (int j = 0; j < MAX_EXPERTS / 32; j++) /* ascending index in the lane */
+			if (!(taken & (1u << j)) && (be < 0 || sb[j] > bsb)) {
+				be = lane + 32 * j;
+				bsb = sb[j];
+				bg = gv[j];
+			}
+#pragma unroll
+		for (int o = 16; o; o >>= 1) {
+			const int oe = __shfl_xor_sync(0xffffffffu, be, o);
+			const float osb = __shfl_xor_sync(0xffffffffu, bsb, o);
+			const float og = __shfl_xor_sync(0xffffffffu, bg, o);
+			if (oe >= 0 && (be < 0 || osb > bsb || (osb == bsb && oe < be))) {
+				be = oe;
+				bsb = osb;
+				bg = og;
+			}
+		}
+		if (be < 0) /* only NaN scores left: stay in range */
+			be = 0, bg = 0.f;
+		if ((be & 31) == lane)
+			taken |= 1u << (be >> 5);
+		pick[s] = be;
+		pg[s] = bg;
+		sum += bg;
 	}
+	if (lane != 0)
+		return;
 #pragma unroll
 	for (int s = 0; s < MAX_K; s++) {
 		if (s >= k)
 			break;
-		const float gs = g[pick[s]];
 		sel[(size_t)t * k + s] = pick[s];
-		wts[(size_t)t * k + s] = norm ? gs / (sum + 1e-20f) * scale : gs * scale;
+		wts[(size_t)t * k + s] = norm ? pg[s] / (sum + 1e-20f) * scale : pg[s] * scale;
 	}
 }
 
 extern "C" int x4k_moe_router(const x4k_moe_routes *r, const float *x, int d, const float *w_r,
 			      const float *bias, float scale, bool norm, cudaStream_t s, x4_err *e)
 {
-	if (!r || !x || !w_r || !bias || d <= 0 || d > 11264)
-		return x4_err_set(e, X4_EINVAL, "x4k_moe_router: NULL buffer or width %d outside 1..11264", d);
+	if (!r || !x || !w_r || !bias || d <= 0 || d > 12288)
+		return x4_err_set(e, X4_EINVAL, "x4k_moe_router: NULL buffer or width %d outside 1..12288", d);
 	if (r->n_tok == 0)
 		return 0;
-	router_kernel<<<r->n_tok, ROUTER_THREADS, (size_t)d * 4, s>>>(d, r->n_expert, r->k, x, w_r, bias,
-								       scale, norm, r->sel, r->wts);
-	return x4_cuda_launched("x4k_moe_router: launch", e);
+	if (r->n_tok > 65535)
+		return x4_err_set(e, X4_EINVAL, "x4k_moe_router: %d tokens; at most 65535 a call", r->n_tok);
+	dim3 grid((r->n_expert + ROUTER_WARPS - 1) / ROUTER_WARPS, r->n_tok);
+	router_logits_kernel<<<grid, ROUTER_WARPS * 32, (size_t)d * 4, s>>>(d, r->n_expert, x, w_r,
+									   r->score);
+	X4_CUDA_TRY(cudaGetLastError(), "x4k_moe_router: logits launch", e);
+	router_select_kernel<<<(r->n_tok + ROUTER_WARPS - 1) / ROUTER_WARPS, ROUTER_WARPS * 32, 0, s>>>(r->n_tok, r->n_expert, r->k, r->score,
+								    bias, scale, norm, r->sel, r->wts);
+	return x4_cuda_launched("x4k_moe_router: select launch", e);
 }
 
 /* One block: a stable counting sort of the routes by expert.  Pass 1 counts

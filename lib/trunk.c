@@ -90,3 +90,20 @@ void x4_trunk_set_probe(x4_trunk *t, x4_probe_fn fn, void *ctx)
 	else
 		x4_trunk_cuda_set_probe(t->cuda, fn, ctx);
 }
+
+int x4_trunk_get_stats(const x4_trunk *t, x4_trunk_stats *s)
+{
+	memset(s, 0, sizeof *s);
+	if (t->cuda) {
+		x4_trunk_cuda_stats(t->cuda, s);
+		return 0;
+	}
+	/* The CPU reads the mapping in place: nothing is loaded or resident. */
+	const x4_trunk_cpu *c = t->cpu;
+	size_t elem = c->o.prec == X4_PREC_F64 ? sizeof(double) : sizeof(float);
+	s->cache_bytes = (uint64_t)c->c->n_block * (uint64_t)c->max_ctx * (uint64_t)c->cw * elem;
+	s->max_ctx = c->max_ctx;
+	s->prefill_chunk = c->chunk;
+	snprintf(s->device, sizeof s->device, "cpu");
+	return 0;
+}

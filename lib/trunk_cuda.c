@@ -1,15 +1,444 @@
 /*
- * trunk_cuda.c - NOT YET IMPLEMENTED: a placeholder so that lib/trunk.c
- * links before the CUDA trunk exists.  Every entry point refuses with
- * X4_ECUDA; the GPU part replaces this whole file with the real trunk.
+ * trunk_cuda.c - the CUDA trunk's frame: the device, the one upload of every
+ * trunk tensor, the memory plan (weights, the fp16 latent cache sized from
+ * max_ctx, the workspaces of one prefill chunk) and its refusal when they
+ * do not fit, create/free/reset.  The forward pass is lib/trunk_cuda_fwd.c.
+ *
+ * The weights are the GGUF bytes as mapped, one allocation for all of them:
+ * the kernels read IQ4_NL, Q6_K and BF16 blocks in place and index the
+ * expert tensors [E][rows][k] as stored, so nothing is repacked.
  */
-#include "trunk_int.h"
+#include "trunk_cuda.h"
+
+#ifdef X4_HAVE_CUDA
+
+#define MIB (1024.0 * 1024.0)
+/* Kept free beyond the plan: the context's own growth (kernel images,
+ * launch queues, the allocator's granularity) is not in our arithmetic. */
+#define RESERVE_BYTES ((uint64_t)256 << 20)
+#define MAX_CHUNK 512    /* the automatic prefill chunk's ceiling */
+#define NARROW_CHUNK 128 /* the narrowest chunk a create promises to fit */
+#define STAGE_BYTES ((size_t)64 << 20)
+
+static uintptr_t carve(uintptr_t *at, size_t n)
+{
+	uintptr_t p = (*at + 255) & ~(uintptr_t)255;
+	*at = p + n;
+	return p;
+}
+
+size_t x4_cuda_ws_layout(const x4_trunk_cuda *t, int T, char *base, x4_cuda_ws *w)
+{
+	const x4_config *c = t->c;
+	x4_cuda_ws tmp;
+	if (!w)
+		w = &tmp;
+	size_t Tn = (size_t)T, D = (size_t)c->n_embd, hc = (size_t)c->n_hc;
+	size_t nh = (size_t)c->n_head, cw = (size_t)t->cw, F = (size_t)t->F;
+	int k = X4_MAX(1, c->n_expert_used), E = X4_MAX(1, c->n_expert);
+	uintptr_t start = (uintptr_t)base, at = start;
+#define F32(p, n) (w->p = (float *)carve(&at, sizeof(float) * (n)))
+	F32(H, Tn * hc * D);
+	F32(Hn, Tn * hc * D);
+	F32(x, Tn * D);
+	F32(xh, Tn * D);
+	F32(y, Tn * D);
+	F32(shared, Tn * D);
+	F32(coef_a, Tn * (size_t)t->ncoef);
+	F32(coef_f, Tn * (size_t)t->ncoef);
+	F32(cq, Tn * (size_t)c->q_lora);
+	F32(q, Tn * nh * (size_t)c->d_qk);
+	F32(kva, Tn * cw);
+	F32(qt, Tn * nh * cw);
+	F32(ob, Tn * nh * (size_t)c->kv_lora);
+	F32(o, Tn * nh * (size_t)c->d_v);
+	F32(g, Tn * F);
+	F32(u, Tn * F);
+	F32(h, Tn * F);
+	F32(hn, Tn * D);
+	F32(logits, Tn * (size_t)c->n_vocab);
+	F32(omega, (size_t)X4_MAX(1, c->d_rope / 2));
+#undef F32
+	w->hc_ws_bytes = x4k_hc_workspace_bytes(&t->hc, T);
+	w->hc_ws = (void *)carve(&at, w->hc_ws_bytes);
+	/* The route table's size depends on the tile the token count picks
+	 * (4 routes for decode sizes, 64 for prefill): the largest of all. */
+	w->routes_ws_bytes = 0;
+	for (int n = 1; n <= T; n++)
+		w->routes_ws_bytes = X4_MAX(w->routes_ws_bytes,
+					    x4k_moe_routes_bytes(n, k, E, x4k_moe_tile(n, k)));
+	w->routes_ws = (void *)carve(&at, w->routes_ws_bytes);
+	w->exp_ws_bytes = x4k_moe_experts_workspace_bytes(T, k, c->n_embd, X4_MAX(1, c->n_ff_exp));
+	w->exp_ws = (void *)carve(&at, w->exp_ws_bytes);
+	w->att_ws_bytes = x4k_mla_decode_workspace_bytes(c->n_head, c->kv_lora, t->max_ctx);
+	w->att_ws = (void *)carve(&at, w->att_ws_bytes);
+	w->ids = (int32_t *)carve(&at, sizeof(int32_t) * Tn);
+	w->pos = (int *)carve(&at, sizeof(int));
+	return (size_t)(carve(&at, 0) - start);
+}
+
+/* ---- the weights ---- */
+
+struct piece {
+	void *dst;
+	const void *src;
+	size_t n;
+};
+
+struct placer {
+	uintptr_t at;         /* the next free byte (from 0 when only counting) */
+	struct piece *pieces; /* NULL: only count */
+	int n;
+};
+
+static const void *place(struct placer *p, const x4_gguf_tensor *w)
+{
+	if (!w)
+		return NULL;
+	uintptr_t at = carve(&p->at, (size_t)w->nbytes);
+	if (p->pieces)
+		p->pieces[p->n] = (struct piece){ (void *)at, w->data, (size_t)w->nbytes };
+	p->n++;
+	return (const void *)at;
+}
+
+/* Lay every trunk tensor out in one allocation (or only count its bytes). */
+static void place_all(x4_trunk_cuda *t, struct placer *p)
+{
+	const x4_model *m = t->m;
+	t->token_embd = place(p, m->token_embd);
+	t->output_norm = place(p, m->output_norm);
+	t->output = place(p, m->output);
+	for (int b = 0; b < t->c->n_block; b++) {
+		const x4_block_w *hw = &m->blk[b];
+		x4_block_dev *d = &t->blk[b];
+#define X4_PLACE_(f) d->f = place(p, hw->f);
+		X4_BLOCK_TENSORS(X4_PLACE_)
+#undef X4_PLACE_
+	}
+}
+
+struct stage_copy {
+	char *dst;
+	const char *src;
+	size_t n, part;
+};
+
+static void stage_part(void *arg, int64_t i)
+{
+	struct stage_copy *s = arg;
+	size_t at = (size_t)i * s->part;
+	if (at < s->n)
+		memcpy(s->dst + at, s->src + at, X4_MIN(s->part, s->n - at));
+}
+
+/* Host mapping -> pinned staging (a few threads: the first touch of the
+ * mapping faults pages in) -> device, double-buffered so that the copy
+ * engine runs while the next piece is staged. */
+static int upload(x4_trunk_cuda *t, const struct piece *pc, int np, x4_err *e)
+{
+	void *buf[2] = { NULL, NULL };
+	cudaEvent_t ev[2] = { NULL, NULL };
+	bool used[2] = { false, false };
+	int rc = 0, k = 0, nthr = X4_MIN(8, x4_ncpu());
+	for (int i = 0; i < 2 && !rc; i++) {
+		rc = x4_cuda_check(cudaMallocHost(&buf[i], STAGE_BYTES),
+				   "allocate 64 MiB of pinned host memory to stage the weights", e);
+		if (!rc)
+			rc = x4_cuda_check(cudaEventCreateWithFlags(&ev[i], cudaEventDisableTiming),
+					   "create an event for the weight upload", e);
+	}
+	for (int i = 0; i < np && !rc; i++) {
+		for (size_t at = 0; at < pc[i].n && !rc; at += STAGE_BYTES) {
+			size_t len = X4_MIN(STAGE_BYTES, pc[i].n - at);
+			if (used[k] && (rc = x4_cuda_check(cudaEventSynchronize(ev[k]),
+							   "upload the weights", e)))
+				break;
+			struct stage_copy sc = { buf[k], (const char *)pc[i].src + at, len,
+						 (len + (size_t)nthr - 1) / (size_t)nthr };
+			if (len >= ((size_t)1 << 20))
+				x4_parallel_for(nthr, nthr, stage_part, &sc);
+			else
+				memcpy(buf[k], sc.src, len);
+			rc = x4_cuda_check(cudaMemcpyAsync((char *)pc[i].dst + at, buf[k], len,
+							   cudaMemcpyHostToDevice, t->s),
+					   "upload the weights", e);
+			if (!rc)
+				rc = x4_cuda_check(cudaEventRecord(ev[k], t->s), "upload the weights", e);
+			used[k] = true;
+			k ^= 1;
+		}
+	}
+	if (!rc)
+		rc = x4_cuda_check(cudaStreamSynchronize(t->s), "upload the weights", e);
+	else
+		cudaStreamSynchronize(t->s); /* the staging buffers are freed next */
+	for (int i = 0; i < 2; i++) {
+		if (ev[i])
+			cudaEventDestroy(ev[i]);
+		if (buf[i])
+			cudaFreeHost(buf[i]);
+	}
+	return rc;
+}
+
+/* ---- create ---- */
+
+static int open_device(x4_trunk_cuda *t, int ordinal, x4_err *e)
+{
+	int n = 0;
+	cudaError_t rc = cudaGetDeviceCount(&n);
+	if (rc != cudaSuccess) {
+		(void)cudaGetLastError();
+		return x4_err_set(e, X4_ECUDA, "--device cuda:%d: no usable CUDA device (%s); use "
+				  "--device cpu", ordinal, cudaGetErrorString(rc));
+	}
+	if (ordinal >= n)
+		return x4_err_set(e, X4_ECUDA, "--device cuda:%d: this machine has %d CUDA device%s%s",
+				  ordinal, n, n == 1 ? "" : "s",
+				  n ? " (use cuda:0 .. cuda:N-1)" : "; use --device cpu");
+	X4_CUDA_TRY(cudaSetDevice(ordinal), "select the CUDA device", e);
+	struct cudaDeviceProp p;
+	X4_CUDA_TRY(cudaGetDeviceProperties(&p, ordinal), "read the CUDA device's properties", e);
+	snprintf(t->dev_name, sizeof t->dev_name, "%.100s (cuda:%d)", p.name, ordinal);
+	t->dev = ordinal;
+	return 0;
+}
+
+static double mib(uint64_t b) { return (double)b / MIB; }
+
+/* Refuse before the upload when the weights, the cache and the narrowest
+ * chunk cannot all be resident (record section 5: a refusal at load, not an
+ * out-of-memory inside a request). */
+static int check_fit(x4_trunk_cuda *t, uint64_t narrow_ws, x4_err *e)
+{
+	size_t free_b = 0, total_b = 0;
+	X4_CUDA_TRY(cudaMemGetInfo(&free_b, &total_b), "read the free device memory", e);
+	uint64_t w = t->weight_bytes, need = narrow_ws + RESERVE_BYTES;
+	if (w >= free_b)
+		return x4_err_set(e, X4_ENOMEM, "the weights need %.0f MiB and %.0f MiB are free on "
+				  "%s (%.0f MiB in all); use a card with more memory", mib(w),
+				  mib(free_b), t->dev_name, mib(total_b));
+	uint64_t left = free_b - w;
+	if (t->cache_bytes + need > left)
+		return x4_err_set(e, X4_ENOMEM, "--max-model-len %d needs a %.0f MiB cache; with "
+				  "%.0f MiB of weights resident, %.0f MiB are free on %s and the "
+				  "narrowest prefill chunk (%d tokens) needs %.0f MiB; lower "
+				  "--max-model-len or use a card with more memory", t->max_ctx,
+				  mib(t->cache_bytes), mib(w), mib(left), t->dev_name,
+				  X4_MIN(NARROW_CHUNK, t->max_ctx), mib(need));
+	return 0;
+}
+
+/* The largest power of two <= 512 (or the caller's chunk) whose workspace
+ * fits in what the weights and the cache left. */
+static int pick_chunk(x4_trunk_cuda *t, x4_err *e)
+{
+	size_t free_b = 0, total_b = 0;
+	X4_CUDA_TRY(cudaMemGetInfo(&free_b, &total_b), "read the free device memory", e);
+	uint64_t avail = free_b > RESERVE_BYTES ? free_b - RESERVE_BYTES : 0;
+	if (t->o.prefill_chunk) {
+		int T = X4_MIN(t->o.prefill_chunk, t->max_ctx);
+		uint64_t need = x4_cuda_ws_layout(t, T, NULL, NULL);
+		if (need > avail)
+			return x4_err_set(e, X4_ENOMEM, "a prefill chunk of %d tokens needs %.0f MiB "
+					  "and %.0f MiB are free on %s beside the weights and the "
+					  "cache; use a smaller chunk or --max-model-len", T, mib(need),
+					  mib(avail), t->dev_name);
+		t->chunk = T;
+		return 0;
+	}
+	int floor_t = X4_MIN(NARROW_CHUNK, t->max_ctx);
+	for (int T = MAX_CHUNK; T >= 1; T /= 2) {
+		int Tc = X4_MIN(T, t->max_ctx);
+		if (x4_cuda_ws_layout(t, Tc, NULL, NULL) <= avail) {
+			t->chunk = Tc;
+			return 0;
+		}
+		if (Tc <= floor_t)
+			break;
+	}
+	uint64_t need = x4_cuda_ws_layout(t, floor_t, NULL, NULL) + RESERVE_BYTES;
+	return x4_err_set(e, X4_ENOMEM, "--max-model-len %d: with %.0f MiB of weights and a %.0f "
+			  "MiB cache resident, %.0f MiB are free on %s and the narrowest prefill "
+			  "chunk (%d tokens) needs %.0f MiB; lower --max-model-len or use a card "
+			  "with more memory", t->max_ctx, mib(t->weight_bytes), mib(t->cache_bytes),
+			  mib((uint64_t)free_b), t->dev_name, floor_t, mib(need));
+}
+
+static int create(x4_trunk_cuda *t, x4_err *e)
+{
+	const x4_config *c = t->c;
+	int rc = open_device(t, t->o.device, e);
+	if (rc)
+		return rc;
+	X4_CUDA_TRY(cudaStreamCreate(&t->s), "create the trunk's CUDA stream", e);
+
+	struct placer count = { 0, NULL, 0 };
+	place_all(t, &count);
+	t->weight_bytes = carve(&count.at, 0);
+	t->cache_bytes = (uint64_t)c->n_block * (uint64_t)t->max_ctx * (uint64_t)t->cw * 2;
+	rc = check_fit(t, x4_cuda_ws_layout(t, X4_MIN(NARROW_CHUNK, t->max_ctx), NULL, NULL), e);
+	if (rc)
+		return rc;
+
+	struct piece *pieces = x4_calloc((size_t)count.n, sizeof *pieces, "the upload list", e);
+	if (!pieces)
+		return X4_ENOMEM;
+	rc = x4_dev_alloc(&t->weights, t->weight_bytes, "the weights", e);
+	if (!rc) {
+		struct placer p = { (uintptr_t)t->weights, pieces, 0 };
+		place_all(t, &p);
+		double t0 = x4_now();
+		rc = upload(t, pieces, p.n, e);
+		t->load_s = x4_now() - t0;
+	}
+	free(pieces);
+	if (rc)
+		return rc;
+
+	if ((rc = x4_dev_alloc((void **)&t->cache, t->cache_bytes,
+			       "the KV cache (lower --max-model-len)", e)))
+		return rc;
+	/* Rows past the length are never read; zeros keep a stray read finite. */
+	X4_CUDA_TRY(cudaMemsetAsync(t->cache, 0, t->cache_bytes, t->s), "clear the KV cache", e);
+	if ((rc = pick_chunk(t, e)))
+		return rc;
+	t->work_bytes = x4_cuda_ws_layout(t, t->chunk, NULL, NULL);
+	if ((rc = x4_dev_alloc(&t->work, t->work_bytes, "the workspaces", e)))
+		return rc;
+	x4_cuda_ws_layout(t, t->chunk, t->work, &t->w);
+	/* The fused gate's workspace must start zeroed; each call leaves it so. */
+	X4_CUDA_TRY(cudaMemsetAsync(t->w.hc_ws, 0, t->w.hc_ws_bytes, t->s),
+		    "clear the hyper-connection workspace", e);
+	float omega[X4_MAX(1, c->d_rope / 2)];
+	x4_yarn_freqs(c, omega);
+	X4_CUDA_TRY(cudaMemcpyAsync(t->w.omega, omega, sizeof omega, cudaMemcpyHostToDevice, t->s),
+		    "upload the rope frequencies", e);
+	X4_CUDA_TRY(cudaMallocHost((void **)&t->ids_host, sizeof(int32_t) * (size_t)t->chunk),
+		    "allocate pinned host memory for the token ids", e);
+	X4_CUDA_TRY(cudaMallocHost((void **)&t->pos_host, sizeof(int)),
+		    "allocate pinned host memory for the position", e);
+	X4_CUDA_TRY(cudaStreamSynchronize(t->s), "prepare the trunk on the GPU", e);
+
+	size_t D = (size_t)c->n_embd, hc = (size_t)c->n_hc, k = (size_t)X4_MAX(1, c->n_expert_used);
+	t->pr_streams = x4_alloc(sizeof(float) * hc * D, "the probe", e);
+	t->pr_y = x4_alloc(sizeof(float) * D, "the probe", e);
+	t->pr_xh = x4_alloc(sizeof(float) * D, "the probe", e);
+	t->pr_coef = x4_alloc(sizeof(float) * (size_t)t->ncoef, "the probe", e);
+	t->pr_wts = x4_alloc(sizeof(float) * k, "the probe", e);
+	t->pr_sel = x4_alloc(sizeof(int) * k, "the probe", e);
+	if (!t->pr_streams || !t->pr_y || !t->pr_xh || !t->pr_coef || !t->pr_wts || !t->pr_sel)
+		return X4_ENOMEM;
+	if (t->o.resid != X4_RESID_F32 &&
+	    !(t->narrow_host = x4_alloc(sizeof(float) * (size_t)t->chunk * hc * D,
+					"the narrowed residual's staging", e)))
+		return X4_ENOMEM;
+	return 0;
+}
+
+int x4_trunk_cuda_create(x4_trunk_cuda **out, const x4_model *m, const x4_trunk_opts *o,
+			 x4_err *e)
+{
+	*out = NULL;
+	const x4_config *c = &m->c;
+	int max_ctx = o->max_ctx ? o->max_ctx : X4_MIN(c->n_ctx_train, 4096);
+	if (max_ctx < 1 || max_ctx > c->n_ctx_train)
+		return x4_err_set(e, X4_ERANGE, "--max-model-len %d: the model's context is 1 to %d "
+				  "positions", max_ctx, c->n_ctx_train);
+	if (o->prefill_chunk < 0)
+		return x4_err_set(e, X4_EINVAL, "prefill chunk %d must be 0 (automatic) or positive",
+				  o->prefill_chunk);
+	if (o->kv == X4_KV_EXACT)
+		return x4_err_set(e, X4_EINVAL, "the GPU's latent cache is fp16; an exact cache "
+				  "runs on the CPU only (use --device cpu)");
+	if (o->kv < X4_KV_DEFAULT || o->kv > X4_KV_EXACT)
+		return x4_err_set(e, X4_EINVAL, "cache width %d is not one of default, f16, exact",
+				  o->kv);
+	if (c->n_hc < 1 || c->n_hc > 4)
+		return x4_err_set(e, X4_EINVAL, "%d residual streams: the GPU kernels take 1 to 4",
+				  c->n_hc);
+	x4_trunk_cuda *t = x4_calloc(1, sizeof *t, "the CUDA trunk", e);
+	if (!t)
+		return X4_ENOMEM;
+	t->m = m;
+	t->c = c;
+	t->o = *o;
+	t->max_ctx = max_ctx;
+	t->cw = c->kv_lora + c->d_rope;
+	t->ncoef = X4K_HC_NCOEF(c->n_hc);
+	t->F = X4_MAX(1, X4_MAX(c->n_ff, c->n_ff_exp * X4_MAX(1, c->n_expert_shared)));
+	t->hc = (x4k_hc_cfg){ c->n_hc, c->n_embd, c->sinkhorn_iters, c->rms_eps, c->hc_eps,
+			      c->clamp_min, c->clamp_max };
+	t->blk = x4_calloc((size_t)c->n_block, sizeof *t->blk, "the CUDA trunk", e);
+	int rc = t->blk ? create(t, e) : X4_ENOMEM;
+	if (rc) {
+		x4_trunk_cuda_free(t);
+		return rc;
+	}
+	*out = t;
+	return 0;
+}
+
+void x4_trunk_cuda_free(x4_trunk_cuda *t)
+{
+	if (!t)
+		return;
+	if (t->s)
+		cudaStreamSynchronize(t->s);
+	x4_dev_free(t->work);
+	x4_dev_free(t->cache);
+	x4_dev_free(t->weights);
+	if (t->ids_host)
+		cudaFreeHost(t->ids_host);
+	if (t->pos_host)
+		cudaFreeHost(t->pos_host);
+	if (t->s)
+		cudaStreamDestroy(t->s);
+	free(t->pr_streams);
+	free(t->pr_y);
+	free(t->pr_xh);
+	free(t->pr_coef);
+	free(t->pr_wts);
+	free(t->pr_sel);
+	free(t->narrow_host);
+	free(t->blk);
+	free(t);
+}
+
+/* The length is what says how much of the cache is context; the next
+ * prefill overwrites the rows (record section 7's shared-cache bug). */
+void x4_trunk_cuda_reset(x4_trunk_cuda *t) { t->pos = 0; }
+
+int x4_trunk_cuda_pos(const x4_trunk_cuda *t) { return t->pos; }
+
+void x4_trunk_cuda_set_probe(x4_trunk_cuda *t, x4_probe_fn fn, void *ctx)
+{
+	t->probe = fn;
+	t->probe_ctx = ctx;
+}
+
+void x4_trunk_cuda_stats(const x4_trunk_cuda *t, x4_trunk_stats *s)
+{
+	s->load_s = t->load_s;
+	s->resident_bytes = t->weight_bytes;
+	s->cache_bytes = t->cache_bytes;
+	s->work_bytes = t->work_bytes;
+	s->max_ctx = t->max_ctx;
+	s->prefill_chunk = t->chunk;
+	snprintf(s->device, sizeof s->device, "%.120s", t->dev_name);
+}
+
+#else /* no CUDA in this build */
+
+#define NO_CUDA "this build of x4 has no CUDA (nvcc was not found at build time): rebuild " \
+		"with the CUDA Toolkit, or use --device cpu"
 
 int x4_trunk_cuda_create(x4_trunk_cuda **t, const x4_model *m, const x4_trunk_opts *o,
 			 x4_err *e)
 {
 	*t = NULL;
-	return x4_err_set(e, X4_ECUDA, "this build has no CUDA trunk yet: use --device cpu");
+	return x4_err_set(e, X4_ECUDA, NO_CUDA);
 }
 
 void x4_trunk_cuda_free(x4_trunk_cuda *t) { (void)t; }
@@ -19,7 +448,10 @@ int x4_trunk_cuda_pos(const x4_trunk_cuda *t) { (void)t; return 0; }
 int x4_trunk_cuda_forward(x4_trunk_cuda *t, const int32_t *ids, int n, float *logits,
 			  bool all_logits, x4_err *e)
 {
-	return x4_err_set(e, X4_ECUDA, "this build has no CUDA trunk yet: use --device cpu");
+	return x4_err_set(e, X4_ECUDA, NO_CUDA);
 }
 
 void x4_trunk_cuda_set_probe(x4_trunk_cuda *t, x4_probe_fn fn, void *ctx) { (void)t; }
+void x4_trunk_cuda_stats(const x4_trunk_cuda *t, x4_trunk_stats *s) { (void)t; (void)s; }
+
+#endif

@@ -502,6 +502,21 @@ typedef struct x4_probe_row {
 typedef void (*x4_probe_fn)(void *ctx, const x4_probe_row *row);
 void x4_trunk_set_probe(x4_trunk *t, x4_probe_fn fn, void *ctx);
 
+/* What a trunk holds, so that a tool can print "loaded N GiB in S s (G GB/s)"
+ * (the library itself never prints).  Added by the GPU part (lib/trunk_cuda.c;
+ * the CPU side in lib/trunk.c): the CPU reads the mapping, so its load_s and
+ * resident_bytes are 0. */
+typedef struct x4_trunk_stats {
+	double load_s;           /* seconds create spent uploading the weights */
+	uint64_t resident_bytes; /* weight bytes held on the device */
+	uint64_t cache_bytes;    /* the latent KV cache */
+	uint64_t work_bytes;     /* workspaces (activations of one prefill chunk) */
+	int max_ctx;             /* positions the cache holds */
+	int prefill_chunk;       /* tokens per prefill chunk */
+	char device[128];        /* "cpu" or the GPU's name */
+} x4_trunk_stats;
+int x4_trunk_get_stats(const x4_trunk *t, x4_trunk_stats *s);
+
 /* ===================== 7. sampling ===================== */
 
 typedef struct x4_sampler_opts {

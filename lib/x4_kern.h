@@ -71,6 +71,7 @@ typedef struct x4k_moe_routes {
 	int32_t *tile_expert; /* [max_tiles] expert of tile i */
 	int32_t *tile_start;  /* [max_tiles] its first index into route */
 	int32_t *n_tiles;     /* [1] tiles in use (written on the device) */
+	float *score;         /* [n_tok][n_expert] router sigmoids (scratch) */
 } x4k_moe_routes;
 
 /* Routes per tile: 4 at decode sizes (a weight row is read once for a few
@@ -84,7 +85,9 @@ int x4k_moe_routes_init(x4k_moe_routes *r, void *ws, size_t ws_bytes, int n_tok,
 /* The router, all fp32: logits W_r x (w_r: [n_expert][d] F32), g = sigmoid,
  * the top k by g + bias (the lower index wins an exact tie), weights from the
  * unbiased g: scale * g / (sum g + 1e-20) when norm, else scale * g.
- * x: [n_tok][d].  Writes r->sel and r->wts.  n_expert <= 256, k <= 8. */
+ * x: [n_tok][d], d <= 12288, n_tok <= 65535.  Writes r->sel and r->wts (and
+ * r->score, its scratch).  n_expert <= 256, k <= 8.  Two launches: the
+ * logits a warp per (token, expert), the selection a warp per token. */
 int x4k_moe_router(const x4k_moe_routes *r, const float *x, int d, const float *w_r,
 		   const float *bias, float scale, bool norm, cudaStream_t s,
 		   x4_err *e);

@@ -200,6 +200,7 @@ static int cmpf(const void *a, const void *b)
 static x4_config full; /* the released dimensions (x4_config_preset "full") */
 
 #include "gpu_kern_core_cases.h"
+#include "gpu_kern_core_attn.h"
 
 int main(void)
 {

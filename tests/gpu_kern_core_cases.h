@@ -180,6 +180,11 @@ static void hc_make(struct hc_data *d, int n_hc, int D, int n_tok, float comb_sc
 	d->scale[0] = 0.8f;
 	d->scale[1] = 0.9f;
 	d->scale[2] = comb_scale;
+	if (comb_scale < 0) { /* comb logits past +-30 on a third of the entries each way */
+		d->scale[2] = 1.5f;
+		for (int k = 0; k < n_hc * n_hc; k++)
+			d->base[2 * n_hc + k] = k % 3 == 0 ? 34.f : k % 3 == 1 ? -34.f : d->base[2 * n_hc + k];
+	}
 }
 
 static void hc_free(struct hc_data *d)
@@ -399,7 +404,7 @@ static void test_hc(void)
 	hc_case(4, 96, 3, 1.5f, 51, false);     /* tiny */
 	hc_case(3, 99, 2, 1.5f, 52, false);     /* odd D: the scalar path */
 	hc_case(4, 1100, 2, 1.5f, 53, false);   /* three splits, the last partial */
-	hc_case(4, 96, 9, 40.f, 54, false);     /* comb logits past +-30: the clamp */
+	hc_case(4, 96, 9, -1.f, 54, false);     /* comb logits past +-30: the clamp */
 	hc_case(full.n_hc, full.n_embd, 1, 1.5f, 55, false);
 	hc_case(full.n_hc, full.n_embd, 8, 1.5f, 56, false);
 	hc_case(full.n_hc, full.n_embd, 64, 1.5f, 57, true); /* a block a token; timed */

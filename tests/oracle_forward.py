@@ -26,7 +26,14 @@ TINY = os.path.join(TINY_DIR, "xing4_0-tiny.gguf")
 X4RUN = os.path.join(ROOT, "bin/x4-run")
 X4SYNTH = os.path.join(ROOT, "bin/x4-synth")
 N_PROMPT, N_GEN = 32, 16
+# The issue's bound, for x4's fp32 arithmetic against this float64 reference with both caches
+# exact (x4-run --kv-cache exact, reference kv="f64").
 REL_TOL = 1e-4
+# With the spec's fp16 cache on both sides, the two round values that differ by fp32-vs-float64
+# noise to fp16; a value near a rounding boundary can land on either neighbour, a jump of one
+# fp16 ulp (2^-11 relative, 4.9e-4), so agreement is bounded by that and not by the arithmetic:
+# measured 7e-5..1.6e-4. The default (fp16) path is checked at this looser bound plus argmax.
+REL_TOL_F16 = 1e-3
 fails = 0
 
 
@@ -85,10 +92,11 @@ def check_absorbed(path, ids):
            f"worst relative difference {rel.max():.3g} over {len(ids)} positions, {time.time() - t0:.1f}s")
 
 
-def x4_logits(model, ids, out):
+def x4_logits(model, ids, out, kv="f16"):
     # Greedy (temperature 0) with the fp32 residual, which is the default: said explicitly.
     cmd = [X4RUN, "-m", model, "--tokens", ",".join(map(str, ids)), "-n", str(N_GEN),
            "--ignore-eos", "--temperature", "0", "--resid", "f32", "-s", "1", "--device", "cpu",
+           "--kv-cache", kv,
            "--dump-logits", out]
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=600)
     if p.returncode != 0:
@@ -96,9 +104,11 @@ def x4_logits(model, ids, out):
     return np.load(out).astype(np.float64)
 
 
-def compare(label, model_dir, gguf_path, ids, tmp):
+def compare(label, model_dir, gguf_path, ids, tmp, kv="exact"):
+    tol = REL_TOL if kv == "exact" else REL_TOL_F16
+    label = f"{label} kv={kv}"
     try:
-        got = x4_logits(model_dir, ids, os.path.join(tmp, label + ".npy"))
+        got = x4_logits(model_dir, ids, os.path.join(tmp, label.replace(" ", "_") + ".npy"), kv)
     except Exception as ex:  # noqa: BLE001 -- one clear FAIL line is the point
         report(False, f"x4 {label} run", str(ex))
         return None
@@ -111,7 +121,7 @@ def compare(label, model_dir, gguf_path, ids, tmp):
         return None
     toks = list(ids) + [int(np.argmax(got[i])) for i in range(N_PROMPT - 1, n - 1)]
     t0 = time.time()
-    m = X.Xing4Ref(gguf_path, kv="f16")
+    m = X.Xing4Ref(gguf_path, kv="f64" if kv == "exact" else "f16")
     ref = m.run(toks)
     dt = time.time() - t0
     if ref.shape != got.shape:
@@ -121,10 +131,10 @@ def compare(label, model_dir, gguf_path, ids, tmp):
     w = int(np.argmax(rel))
     why = (f"worst row {w} relative error {rel[w]:.3g}, median {np.median(rel):.3g}, {n} rows; "
            f"reference {dt:.1f}s")
-    if not rel.max() < REL_TOL:
+    if not rel.max() < tol:
         why += f"; smallest router top-k margin {m.min_margin:.3g}"
-    report(bool(rel.max() < REL_TOL), f"x4 {label} relerr", why)
-    if dt < 30:
+    report(bool(rel.max() < tol), f"x4 {label} relerr < {tol:g}", why)
+    if dt < 30 and kv != "exact":
         # How much of the agreement the fp16 cache accounts for: informative, not a check.
         r64 = X.Xing4Ref(gguf_path, kv="f64").run(toks)
         rel64 = np.linalg.norm(got - r64, axis=1) / np.linalg.norm(r64, axis=1)
@@ -160,7 +170,8 @@ def main():
         if not (os.access(X4RUN, os.X_OK) and os.path.exists(TINY)):
             print("SKIP x4 comparisons: bin/x4-run or the tiny preset is not built")
             return
-        quiet = compare("tiny", TINY_DIR, TINY, ids, tmp)
+        quiet = compare("tiny", TINY_DIR, TINY, ids, tmp, "exact")
+        compare("tiny", TINY_DIR, TINY, ids, tmp, "f16")
         if not os.access(X4SYNTH, os.X_OK):
             print("SKIP x4 loud: bin/x4-synth is not built")
             return
@@ -172,7 +183,7 @@ def main():
             report(False, "x4 loud synth", f"x4-synth --loud exited {p.returncode}: "
                    f"{p.stderr.decode()[-300:]}")
             return
-        loud_max = compare("loud", loud, os.path.join(loud, ggufs[0]), ids, tmp)
+        loud_max = compare("loud", loud, os.path.join(loud, ggufs[0]), ids, tmp, "exact")
         if quiet is not None and loud_max is not None:
             # The loud check means something only if the prompt routes to the loud expert.
             report(loud_max > 10 * quiet, "x4 loud exercised",

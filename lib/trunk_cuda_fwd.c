@@ -1,0 +1,333 @@
+/*
+ * trunk_cuda_fwd.c - the CUDA trunk's forward pass (spec section 6): the
+ * same function as the CPU trunk (lib/trunk_cpu_tmpl.h), in the same order,
+ * with the numerics of spec section 7: the residual streams, the
+ * hyper-connection, the sublayer inputs x-hat, the SwiGLU products, the MoE
+ * sum and the logits in fp32, the latent cache in fp16, the softmax fp32.
+ *
+ * A chunk of T tokens runs through every block on one stream; T == 1 (a
+ * decode step) takes the matrix-vector and split-K attention kernels, T > 1
+ * the matrix-matrix and prefill ones.  Nothing is read back inside a step
+ * but the logits at its end (the MoE's route table is built on the device),
+ * and the position reaches the kernels as a device int, so a later issue
+ * can capture a step into a CUDA graph as it is.
+ *
+ * The stream update A4/F4 is normally fused into the next gate's kernel
+ * (x4k_hc_pre with y_prev); the probe and the narrow residual arms need the
+ * state between the two, so they run the update on its own.
+ */
+#include "trunk_cuda.h"
+
+#ifdef X4_HAVE_CUDA
+
+typedef struct fwd {
+	x4_trunk_cuda *t;
+	x4_cuda_ws *w;
+	const x4_config *c;
+	cudaStream_t s;
+	int T;
+	x4_err *e;
+} fwd;
+
+/* y = W x for T tokens: the matrix-vector kernel for one, else the GEMM. */
+static int mm(const fwd *f, const x4_gguf_tensor *hw, const void *dw, const float *x, float *y)
+{
+	int n = (int)hw->ne[1], k = (int)hw->ne[0];
+	if (f->T == 1)
+		return x4k_gemv(hw->type, dw, n, k, x, y, f->s, f->e);
+	return x4k_gemm(hw->type, dw, n, k, f->T, x, y, f->s, f->e);
+}
+
+static void swap_streams(x4_cuda_ws *w)
+{
+	float *tmp = w->H;
+	w->H = w->Hn;
+	w->Hn = tmp;
+}
+
+/* ---- the residual streams ---- */
+
+/* The F16/BF16 arms store the streams narrowed after every update, as the
+ * CPU trunk does (record section 2's failing configuration, for
+ * x4-walk-residual).  Done on the host: it is a diagnostic arm, and no
+ * kernel of x4_kern.h rounds a buffer. */
+static int narrow(const fwd *f)
+{
+	x4_trunk_cuda *t = f->t;
+	if (t->o.resid == X4_RESID_F32)
+		return 0;
+	size_t n = (size_t)f->T * (size_t)f->c->n_hc * (size_t)f->c->n_embd;
+	float *h = t->narrow_host;
+	X4_CUDA_TRY(cudaMemcpyAsync(h, f->w->H, n * sizeof *h, cudaMemcpyDeviceToHost, f->s),
+		    "read the residual back to narrow it", f->e);
+	X4_CUDA_TRY(cudaStreamSynchronize(f->s), "read the residual back to narrow it", f->e);
+	for (size_t i = 0; i < n; i++)
+		h[i] = t->o.resid == X4_RESID_F16 ? x4_f16_to_f32(x4_f32_to_f16(h[i]))
+						  : x4_bf16_to_f32(x4_f32_to_bf16(h[i]));
+	X4_CUDA_TRY(cudaMemcpyAsync(f->w->H, h, n * sizeof *h, cudaMemcpyHostToDevice, f->s),
+		    "write the narrowed residual", f->e);
+	/* The next narrow reuses h: let this copy finish with it first. */
+	X4_CUDA_TRY(cudaStreamSynchronize(f->s), "write the narrowed residual", f->e);
+	return 0;
+}
+
+/* Spec 6.3 for one sublayer's gate: coef and the collapse x from the
+ * streams.  pend (not NULL) is the previous sublayer's coefficients, whose
+ * update A4/F4 with y is applied first, in the same kernel. */
+static int gate(const fwd *f, const void *fn, const void *base, const void *scale,
+		const float *pend, float *coef)
+{
+	x4_trunk_cuda *t = f->t;
+	x4_cuda_ws *w = f->w;
+	int rc = x4k_hc_pre(&t->hc, f->T, w->H, fn, base, scale, pend ? w->y : NULL, pend,
+			    pend ? w->Hn : NULL, w->x, coef, t->o.hc_eager, w->hc_ws,
+			    w->hc_ws_bytes, f->s, f->e);
+	if (!rc && pend)
+		swap_streams(w);
+	return rc;
+}
+
+/* Spec 6.4 A4/F4 on its own, then the residual's width. */
+static int update(const fwd *f, const float *coef)
+{
+	x4_cuda_ws *w = f->w;
+	int rc = x4k_hc_post(&f->t->hc, f->T, coef, w->y, w->H, w->Hn, f->s, f->e);
+	if (rc)
+		return rc;
+	swap_streams(w);
+	return narrow(f);
+}
+
+/* The last token's state after sublayer `sub` of block b, to the probe. */
+static int probe(const fwd *f, int b, int sub, const float *coef, const x4k_moe_routes *r)
+{
+	x4_trunk_cuda *t = f->t;
+	x4_cuda_ws *w = f->w;
+	const x4_config *c = f->c;
+	size_t D = (size_t)c->n_embd, hc = (size_t)c->n_hc, last = (size_t)f->T - 1;
+	size_t k = (size_t)c->n_expert_used;
+	struct { void *dst; const void *src; size_t n; } cp[] = {
+		{ t->pr_streams, w->H + last * hc * D, hc * D * sizeof(float) },
+		{ t->pr_y, w->y + last * D, D * sizeof(float) },
+		{ t->pr_xh, w->xh + last * D, D * sizeof(float) },
+		{ t->pr_coef, coef + last * (size_t)t->ncoef, (size_t)t->ncoef * sizeof(float) },
+		{ t->pr_sel, r ? (const void *)(r->sel + last * k) : NULL, k * sizeof(int32_t) },
+		{ t->pr_wts, r ? (const void *)(r->wts + last * k) : NULL, k * sizeof(float) },
+	};
+	for (size_t i = 0; i < X4_ARRAY_LEN(cp); i++)
+		if (cp[i].src)
+			X4_CUDA_TRY(cudaMemcpyAsync(cp[i].dst, cp[i].src, cp[i].n,
+						    cudaMemcpyDeviceToHost, f->s),
+				    "read the probe's values back", f->e);
+	X4_CUDA_TRY(cudaStreamSynchronize(f->s), "read the probe's values back", f->e);
+	x4_probe_row row = {
+		.block = b, .sublayer = sub, .streams = t->pr_streams, .sub_out = t->pr_y,
+		.sub_in = t->pr_xh, .post = t->pr_coef + hc, .comb = t->pr_coef + 2 * hc,
+		.experts = r ? t->pr_sel : NULL, .expert_w = r ? t->pr_wts : NULL,
+	};
+	t->probe(t->probe_ctx, &row);
+	return 0;
+}
+
+/* ---- sublayers ---- */
+
+/* Spec 6.5, absorbed: y = MLA(x-hat), the chunk's cache rows stored first. */
+static int mla(const fwd *f, int b)
+{
+	x4_trunk_cuda *t = f->t;
+	x4_cuda_ws *w = f->w;
+	const x4_config *c = f->c;
+	const x4_block_w *hw = &t->m->blk[b];
+	const x4_block_dev *d = &t->blk[b];
+	int T = f->T, nh = c->n_head, kvl = c->kv_lora, dr = c->d_rope, cw = t->cw;
+	uint16_t *cache = t->cache + (size_t)b * (size_t)t->max_ctx * (size_t)cw;
+	float eps = c->rms_eps;
+	int rc;
+	if ((rc = mm(f, hw->attn_q_a, d->attn_q_a, w->xh, w->cq)) ||
+	    (rc = mm(f, hw->attn_kv_a_mqa, d->attn_kv_a_mqa, w->xh, w->kva)) ||
+	    (rc = x4k_rmsnorm(T, c->q_lora, w->cq, c->q_lora, d->attn_q_a_norm, eps, w->cq,
+			      c->q_lora, f->s, f->e)) ||
+	    (rc = x4k_kv_store(T, kvl, dr, w->kva, d->attn_kv_a_norm, eps, w->omega, w->pos, cache,
+			       t->max_ctx, f->s, f->e)) ||
+	    (rc = mm(f, hw->attn_q_b, d->attn_q_b, w->cq, w->q)) ||
+	    (rc = x4k_rope(T, nh, dr, w->q + c->d_nope, (long)nh * c->d_qk, c->d_qk, w->qt + kvl,
+			   (long)nh * cw, cw, w->omega, w->pos, f->s, f->e)) ||
+	    (rc = x4k_mla_absorb_q(T, nh, kvl, c->d_nope, dr, d->attn_k_b, w->q, w->qt, f->s,
+				   f->e)))
+		return rc;
+	if (T == 1)
+		rc = x4k_mla_decode(nh, kvl, dr, w->qt, cache, t->max_ctx, w->pos, c->kq_scale, w->ob,
+				    w->att_ws, w->att_ws_bytes, f->s, f->e);
+	else
+		rc = x4k_mla_prefill(T, nh, kvl, dr, w->qt, cache, t->max_ctx, w->pos, c->kq_scale,
+				     w->ob, f->s, f->e);
+	if (rc || (rc = x4k_mla_expand_v(T, nh, kvl, c->d_v, d->attn_v_b, w->ob, w->o, f->s, f->e)))
+		return rc;
+	return mm(f, hw->attn_output, d->attn_output, w->o, w->y);
+}
+
+/* down(silu(gate x) * up x), the product fp32 (spec 7.4), into out. */
+static int swiglu_ffn(const fwd *f, const x4_gguf_tensor *hg, const void *dg,
+		      const x4_gguf_tensor *hu, const void *du, const x4_gguf_tensor *hd,
+		      const void *dd, float *out)
+{
+	x4_cuda_ws *w = f->w;
+	int rc;
+	if ((rc = mm(f, hg, dg, w->xh, w->g)) || (rc = mm(f, hu, du, w->xh, w->u)) ||
+	    (rc = x4k_swiglu((int64_t)f->T * (int64_t)hg->ne[1], w->g, w->u, w->h, f->s, f->e)))
+		return rc;
+	return mm(f, hd, dd, w->h, out);
+}
+
+/* Spec 6.7: the router, the route table, the grouped experts and the
+ * shared expert, summed in ascending expert id; r receives the routes. */
+static int moe(const fwd *f, int b, x4k_moe_routes *r)
+{
+	x4_trunk_cuda *t = f->t;
+	x4_cuda_ws *w = f->w;
+	const x4_config *c = f->c;
+	const x4_block_w *hw = &t->m->blk[b];
+	const x4_block_dev *d = &t->blk[b];
+	int k = c->n_expert_used, T = f->T;
+	int rc = x4k_moe_routes_init(r, w->routes_ws, w->routes_ws_bytes, T, k, c->n_expert,
+				     x4k_moe_tile(T, k), f->e);
+	const float *out = NULL;
+	if (rc || (rc = x4k_moe_router(r, w->xh, c->n_embd, d->ffn_gate_inp, d->exp_probs_b,
+				       c->expert_scale, c->expert_norm, f->s, f->e)) ||
+	    (rc = x4k_moe_route_table(r, f->s, f->e)) ||
+	    (rc = x4k_moe_experts(r, hw->ffn_gate_exps->type, w->xh, c->n_embd, c->n_ff_exp,
+				  d->ffn_gate_exps, d->ffn_up_exps, d->ffn_down_exps, w->exp_ws,
+				  w->exp_ws_bytes, &out, f->s, f->e)))
+		return rc;
+	bool sh = hw->ffn_gate_shexp != NULL;
+	if (sh && (rc = swiglu_ffn(f, hw->ffn_gate_shexp, d->ffn_gate_shexp, hw->ffn_up_shexp,
+				   d->ffn_up_shexp, hw->ffn_down_shexp, d->ffn_down_shexp,
+				   w->shared)))
+		return rc;
+	return x4k_moe_reduce(r, out, sh ? w->shared : NULL, c->n_embd, w->y, f->s, f->e);
+}
+
+/* ---- one chunk ---- */
+
+static int blocks(const fwd *f, bool observe)
+{
+	x4_trunk_cuda *t = f->t;
+	x4_cuda_ws *w = f->w;
+	const x4_config *c = f->c;
+	bool fused = !observe && t->o.resid == X4_RESID_F32;
+	const float *pend = NULL; /* coefficients whose update with y is pending */
+	int rc;
+	for (int b = 0; b < c->n_block; b++) {
+		const x4_block_w *hw = &t->m->blk[b];
+		const x4_block_dev *d = &t->blk[b];
+		if ((rc = gate(f, d->hc_attn_fn, d->hc_attn_base, d->hc_attn_scale, pend, w->coef_a)) ||
+		    (rc = x4k_rmsnorm(f->T, c->n_embd, w->x, c->n_embd, d->attn_norm, c->rms_eps,
+				      w->xh, c->n_embd, f->s, f->e)) ||
+		    (rc = mla(f, b)))
+			return rc;
+		pend = w->coef_a;
+		if (!fused) {
+			if ((rc = update(f, pend)) || (observe && (rc = probe(f, b, 0, pend, NULL))))
+				return rc;
+			pend = NULL;
+		}
+		if ((rc = gate(f, d->hc_ffn_fn, d->hc_ffn_base, d->hc_ffn_scale, pend, w->coef_f)) ||
+		    (rc = x4k_rmsnorm(f->T, c->n_embd, w->x, c->n_embd, d->ffn_norm, c->rms_eps,
+				      w->xh, c->n_embd, f->s, f->e)))
+			return rc;
+		x4k_moe_routes r;
+		if (hw->moe)
+			rc = moe(f, b, &r);
+		else
+			rc = swiglu_ffn(f, hw->ffn_gate, d->ffn_gate, hw->ffn_up, d->ffn_up,
+					hw->ffn_down, d->ffn_down, w->y);
+		if (rc)
+			return rc;
+		pend = w->coef_f;
+		if (!fused) {
+			if ((rc = update(f, pend)) ||
+			    (observe && (rc = probe(f, b, 1, pend, hw->moe ? &r : NULL))))
+				return rc;
+			pend = NULL;
+		}
+	}
+	return pend ? update(f, pend) : 0;
+}
+
+/* Spec 6.8 for n tokens of the streams from token tk0: logits to the host. */
+static int head(fwd *f, int tk0, int n, float *logits)
+{
+	x4_trunk_cuda *t = f->t;
+	x4_cuda_ws *w = f->w;
+	const x4_config *c = f->c;
+	const float *H = w->H + (size_t)tk0 * (size_t)c->n_hc * (size_t)c->n_embd;
+	int rc = x4k_head(n, c->n_hc, c->n_embd, H, t->output_norm, c->rms_eps, w->hn, f->s, f->e);
+	if (rc)
+		return rc;
+	int T = f->T;
+	f->T = n;
+	rc = mm(f, t->m->output, t->output, w->hn, w->logits);
+	f->T = T;
+	if (rc)
+		return rc;
+	X4_CUDA_TRY(cudaMemcpyAsync(logits, w->logits, sizeof(float) * (size_t)n * c->n_vocab,
+				    cudaMemcpyDeviceToHost, f->s),
+		    "copy the logits to the host", f->e);
+	return 0;
+}
+
+int x4_trunk_cuda_forward(x4_trunk_cuda *t, const int32_t *ids, int n, float *logits,
+			  bool all_logits, x4_err *e)
+{
+	const x4_config *c = t->c;
+	if (n < 1 || !ids)
+		return x4_err_set(e, X4_EINVAL, "a forward needs at least one token");
+	if (n > t->max_ctx - t->pos)
+		return x4_err_set(e, X4_ERANGE, "the context holds %d positions: %d in use and %d "
+				  "new tokens do not fit; raise --max-model-len (or shorten the "
+				  "prompt)", t->max_ctx, t->pos, n);
+	for (int i = 0; i < n; i++)
+		if (ids[i] < 0 || ids[i] >= c->n_vocab)
+			return x4_err_set(e, X4_EINVAL, "token id %d (at %d) is outside the "
+					  "vocabulary [0, %d)", ids[i], i, c->n_vocab);
+	X4_CUDA_TRY(cudaSetDevice(t->dev), "select the CUDA device", e);
+	fwd f = { t, &t->w, c, t->s, 0, e };
+	int rc = 0;
+	for (int done = 0; done < n && !rc; done += t->chunk) {
+		int T = X4_MIN(t->chunk, n - done);
+		bool last = done + T == n;
+		f.T = T;
+		/* The pinned staging is reused: the previous chunk's copies must
+		 * have read it (a decode step is one chunk and never waits here). */
+		if (done)
+			X4_CUDA_TRY(cudaStreamSynchronize(t->s), "run a prefill chunk", e);
+		memcpy(t->ids_host, ids + done, sizeof(int32_t) * (size_t)T);
+		*t->pos_host = t->pos + done;
+		X4_CUDA_TRY(cudaMemcpyAsync(t->w.ids, t->ids_host, sizeof(int32_t) * (size_t)T,
+					    cudaMemcpyHostToDevice, t->s), "upload the token ids", e);
+		X4_CUDA_TRY(cudaMemcpyAsync(t->w.pos, t->pos_host, sizeof(int),
+					    cudaMemcpyHostToDevice, t->s), "upload the position", e);
+		rc = x4k_embed(t->token_embd, c->n_vocab, c->n_embd, c->n_hc, t->w.ids, T, t->w.H,
+			       t->s, e);
+		if (!rc)
+			rc = narrow(&f);
+		if (!rc)
+			rc = blocks(&f, last && t->probe);
+		if (!rc && logits && all_logits)
+			rc = head(&f, 0, T, logits + (size_t)done * (size_t)c->n_vocab);
+		else if (!rc && logits && last)
+			rc = head(&f, T - 1, 1, logits);
+	}
+	/* Every kernel's own failure surfaces here, named. */
+	cudaError_t st = cudaStreamSynchronize(t->s);
+	if (rc)
+		return rc;
+	X4_CUDA_TRY(st, "run the forward pass on the GPU", e);
+	t->pos += n;
+	return 0;
+}
+
+#else
+/* A build without CUDA: lib/trunk_cuda.c has the refusing entry points. */
+typedef int x4_trunk_cuda_fwd_unused;
+#endif

@@ -1,0 +1,315 @@
+/*
+ * gpu_trunk.c - the CUDA trunk's contract on the tiny preset (issue 4,
+ * deliverables 3 and 4), through the public API only:
+ *   - sublayer by sublayer, the GPU's last-token state (x-hat, y, the
+ *     streams, the gate's post and comb, the experts and their weights)
+ *     against the CPU fp32 trunk's, so that a failure names the first
+ *     sublayer where the two part;
+ *   - a second request after reset does not see the first (record section
+ *     7): its logits are bit-identical to a fresh trunk's;
+ *   - the same prompt twice gives bit-identical logits;
+ *   - a context overflow is X4_ERANGE before any work;
+ *   - prefill in chunks of 16, and prefill then one decode step, agree
+ *     with one whole prefill; the eager hyper-connection path agrees with
+ *     the fused kernel;
+ *   - the load statistics are filled.
+ * Usage: build/tests/gpu_trunk [MODEL] (default build/models/tiny), from the
+ * tree's root.
+ */
+#include "t.h"
+#include "x4.h"
+
+#include <math.h>
+
+#define MAX_ROWS 256
+#define N_A 40 /* prompt A's tokens */
+#define N_B 12 /* prompt B's tokens */
+
+/* Tolerances.  GPU fp32 against CPU fp32: the same arithmetic in another
+ * summation order (errors of a few 2^-24 per product) and the same fp16
+ * cache, except where a value sits on an fp16 rounding boundary and moves
+ * one fp16 ulp (2^-11 relative); through 4 blocks that stays far below the
+ * record's fp16 tolerance 4e-3, so 1e-3 (relative to the largest value) is
+ * the bound for every comparison between two fp32 paths. */
+#define TOL_FP32_PATHS 1e-3
+
+static x4_err err;
+static bool eager; /* the next trunk mk() makes takes the eager gate */
+
+/* max |a - b| / max |b| over n values; INFINITY when a has a non-finite value. */
+static double rel(const float *a, const float *b, size_t n)
+{
+	double d = 0, s = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (!isfinite(a[i]))
+			return INFINITY;
+		d = fmax(d, fabs((double)a[i] - b[i]));
+		s = fmax(s, fabs((double)b[i]));
+	}
+	return d / (s > 0 ? s : 1);
+}
+
+/* ---- the probe: every sublayer's last-token state, copied ---- */
+
+typedef struct snap {
+	int block, sublayer;
+	float *streams, *y, *xh, post[8], comb[64], w[16];
+	int experts[16];
+	bool moe;
+} snap;
+
+typedef struct rec {
+	const x4_config *c;
+	snap rows[MAX_ROWS];
+	int n;
+} rec;
+
+static void on_probe(void *ctx, const x4_probe_row *p)
+{
+	rec *r = ctx;
+	if (r->n >= MAX_ROWS)
+		return;
+	const x4_config *c = r->c;
+	size_t D = (size_t)c->n_embd, hc = (size_t)c->n_hc;
+	snap *s = &r->rows[r->n++];
+	s->block = p->block;
+	s->sublayer = p->sublayer;
+	s->streams = malloc(sizeof(float) * hc * D);
+	s->y = malloc(sizeof(float) * D);
+	s->xh = malloc(sizeof(float) * D);
+	if (!s->streams || !s->y || !s->xh)
+		abort();
+	memcpy(s->streams, p->streams, sizeof(float) * hc * D);
+	memcpy(s->y, p->sub_out, sizeof(float) * D);
+	memcpy(s->xh, p->sub_in, sizeof(float) * D);
+	memcpy(s->post, p->post, sizeof(float) * hc);
+	memcpy(s->comb, p->comb, sizeof(float) * hc * hc);
+	s->moe = p->experts != NULL;
+	for (int j = 0; s->moe && j < c->n_expert_used; j++) {
+		s->experts[j] = p->experts[j];
+		s->w[j] = p->expert_w[j];
+	}
+}
+
+static void rec_free(rec *r)
+{
+	for (int i = 0; i < r->n; i++) {
+		free(r->rows[i].streams);
+		free(r->rows[i].y);
+		free(r->rows[i].xh);
+	}
+	r->n = 0;
+}
+
+/* ---- helpers ---- */
+
+static x4_trunk *mk(const x4_model *m, int device, int max_ctx, int chunk)
+{
+	x4_trunk_opts o;
+	x4_trunk_opts_default(&o);
+	o.device = device;
+	o.max_ctx = max_ctx;
+	o.prefill_chunk = chunk;
+	o.hc_eager = eager;
+	x4_trunk *t = NULL;
+	if (x4_trunk_create(&t, m, &o, &err))
+		return NULL;
+	return t;
+}
+
+static bool fwd(x4_trunk *t, const int32_t *ids, int n, float *logits, bool all)
+{
+	return t && x4_trunk_forward(t, ids, n, logits, all, &err) == 0;
+}
+
+/* Sublayer by sublayer, GPU against CPU fp32, for prompt A. */
+static void parity_by_sublayer(const x4_model *m, const int32_t *ids)
+{
+	const x4_config *c = x4_model_config(m);
+	static rec gpu, cpu;
+	gpu.c = cpu.c = c;
+	x4_trunk *tg = mk(m, 0, 0, 0), *tc = mk(m, -1, 0, 0);
+	if (!tg || !tc) {
+		T_OK(0, "gpu_trunk.parity.create", "%s", err.msg);
+		x4_trunk_free(tg);
+		x4_trunk_free(tc);
+		return;
+	}
+	x4_trunk_set_probe(tg, on_probe, &gpu);
+	x4_trunk_set_probe(tc, on_probe, &cpu);
+	bool ok = fwd(tg, ids, N_A, NULL, false) && fwd(tc, ids, N_A, NULL, false);
+	T_OK(ok && gpu.n == 2 * c->n_block && cpu.n == gpu.n, "gpu_trunk.parity.probe_rows",
+	     "%s; %d GPU and %d CPU probe rows, want %d", ok ? "ok" : err.msg, gpu.n, cpu.n,
+	     2 * c->n_block);
+	size_t D = (size_t)c->n_embd, hc = (size_t)c->n_hc;
+	int first_bad = -1;
+	for (int i = 0; ok && i < gpu.n && i < cpu.n; i++) {
+		snap *g = &gpu.rows[i], *h = &cpu.rows[i];
+		double exh = rel(g->xh, h->xh, D), ey = rel(g->y, h->y, D);
+		double es = rel(g->streams, h->streams, hc * D);
+		double ep = rel(g->post, h->post, hc), ec = rel(g->comb, h->comb, hc * hc);
+		bool same_exp = g->moe == h->moe, wok = true;
+		for (int j = 0; g->moe && j < c->n_expert_used; j++) {
+			same_exp &= g->experts[j] == h->experts[j];
+			wok &= fabs((double)g->w[j] - h->w[j]) <= TOL_FP32_PATHS * fabs((double)h->w[j]);
+		}
+		bool good = g->block == h->block && g->sublayer == h->sublayer &&
+			    exh <= TOL_FP32_PATHS && ey <= TOL_FP32_PATHS && es <= TOL_FP32_PATHS &&
+			    ep <= TOL_FP32_PATHS && ec <= TOL_FP32_PATHS && same_exp && wok;
+		/* One line a sublayer, so a failing log shows where they part. */
+		printf("# block %d %s: rel err x-hat %.3g, y %.3g, streams %.3g, post %.3g, "
+		       "comb %.3g%s\n", h->block, h->sublayer ? "ffn " : "attn", exh, ey, es, ep, ec,
+		       !h->moe ? "" : same_exp ? ", experts equal" : ", EXPERTS DIFFER");
+		if (!good && first_bad < 0)
+			first_bad = i;
+	}
+	T_OK(ok && first_bad < 0, "gpu_trunk.parity.every_sublayer_vs_cpu_f32",
+	     "first sublayer past %g (or with other experts): block %d %s (see the '#' lines)",
+	     TOL_FP32_PATHS, first_bad < 0 ? -1 : cpu.rows[first_bad].block,
+	     first_bad < 0 ? "-" : cpu.rows[first_bad].sublayer ? "ffn" : "attn");
+	/* The routed weights are normalised and scaled (spec 6.7). */
+	bool wsum = true;
+	for (int i = 0; i < gpu.n; i++) {
+		if (!gpu.rows[i].moe || !c->expert_norm)
+			continue;
+		double s = 0;
+		for (int j = 0; j < c->n_expert_used; j++)
+			s += gpu.rows[i].w[j];
+		wsum &= fabs(s - c->expert_scale) <= 1e-5 * c->expert_scale;
+	}
+	T_OK(ok && wsum, "gpu_trunk.parity.expert_weights_sum_to_scale",
+	     "the GPU's routed weights do not sum to %g", c->expert_scale);
+	rec_free(&gpu);
+	rec_free(&cpu);
+	x4_trunk_free(tg);
+	x4_trunk_free(tc);
+}
+
+int main(int argc, char **argv)
+{
+	const char *model = argc > 1 ? argv[1] : "build/models/tiny";
+	x4_paths paths;
+	x4_model *m = NULL;
+	if (x4_paths_resolve(model, NULL, &paths, &err) || x4_model_open(&m, &paths, &err)) {
+		T_OK(0, "gpu_trunk.open", "%s (run make tiny)", err.msg);
+		return t_done();
+	}
+	const x4_config *c = x4_model_config(m);
+	int V = c->n_vocab;
+	int32_t a[N_A], b[N_B];
+	uint32_t s = 12345;
+	for (int i = 0; i < N_A; i++) {
+		s = s * 1103515245u + 12345u;
+		a[i] = 3 + (int32_t)((s >> 8) % (uint32_t)(V - 3));
+	}
+	for (int i = 0; i < N_B; i++) {
+		s = s * 1103515245u + 12345u;
+		b[i] = 3 + (int32_t)((s >> 8) % (uint32_t)(V - 3));
+	}
+	float *l1 = malloc(sizeof(float) * (size_t)N_A * V);
+	float *l2 = malloc(sizeof(float) * (size_t)N_A * V);
+	float *l3 = malloc(sizeof(float) * (size_t)N_A * V);
+	if (!l1 || !l2 || !l3)
+		abort();
+
+	/* Create, and the statistics x4-run prints. */
+	x4_trunk *t = mk(m, 0, 0, 0);
+	T_OK(t, "gpu_trunk.create", "%s", err.msg);
+	if (!t)
+		return t_done();
+	x4_trunk_stats st;
+	x4_trunk_get_stats(t, &st);
+	uint64_t cache_want = (uint64_t)c->n_block * (uint64_t)st.max_ctx *
+			      (uint64_t)(c->kv_lora + c->d_rope) * 2;
+	T_OK(st.resident_bytes > 0 && st.load_s > 0 && st.cache_bytes == cache_want &&
+	     st.prefill_chunk >= 1 && st.prefill_chunk <= 512 && st.device[0],
+	     "gpu_trunk.stats", "resident %llu, load %g s, cache %llu (want %llu), chunk %d, '%s'",
+	     (unsigned long long)st.resident_bytes, st.load_s, (unsigned long long)st.cache_bytes,
+	     (unsigned long long)cache_want, st.prefill_chunk, st.device);
+	printf("# %s: %.1f MiB resident, loaded in %.3f s; cache %.1f MiB for %d positions; "
+	       "prefill chunk %d\n", st.device, st.resident_bytes / 1048576.0, st.load_s,
+	       st.cache_bytes / 1048576.0, st.max_ctx, st.prefill_chunk);
+
+	/* Record section 7: prompt A and some decode steps, reset, then prompt
+	 * B must give exactly a fresh trunk's logits for B. */
+	bool ok = fwd(t, a, N_A, NULL, false);
+	for (int i = 0; ok && i < 5; i++)
+		ok = fwd(t, &a[i], 1, l3, false);
+	x4_trunk_reset(t);
+	T_OK(ok && x4_trunk_pos(t) == 0, "gpu_trunk.reset.pos", "%s; pos %d after reset",
+	     ok ? "ok" : err.msg, x4_trunk_pos(t));
+	ok = ok && fwd(t, b, N_B, l1, true);
+	x4_trunk *fresh = mk(m, 0, 0, 0);
+	bool ok2 = fwd(fresh, b, N_B, l2, true);
+	T_OK(ok && ok2 && memcmp(l1, l2, sizeof(float) * (size_t)N_B * V) == 0,
+	     "gpu_trunk.reset.second_request_does_not_see_the_first",
+	     "%s; B after A and reset differs from B on a fresh trunk by %.3g",
+	     ok && ok2 ? "ok" : err.msg, ok && ok2 ? rel(l1, l2, (size_t)N_B * V) : NAN);
+	/* The control: without the reset B does see A (the check can fail). */
+	x4_trunk_reset(t);
+	ok = fwd(t, a, N_A, NULL, false) && fwd(t, b, N_B, l3, true);
+	T_OK(ok && memcmp(l3, l2, sizeof(float) * (size_t)N_B * V) != 0,
+	     "gpu_trunk.reset.control_context_is_used", "%s; B after A without a reset gave a "
+	     "fresh trunk's logits", ok ? "ok" : err.msg);
+
+	/* The same prompt twice: bit-identical (one writer per MoE output,
+	 * fixed-order sums). */
+	x4_trunk_reset(fresh);
+	ok = fwd(fresh, b, N_B, l3, true);
+	T_OK(ok && memcmp(l3, l2, sizeof(float) * (size_t)N_B * V) == 0,
+	     "gpu_trunk.repeat_bit_identical", "%s; rel diff %.3g", ok ? "ok" : err.msg,
+	     ok ? rel(l3, l2, (size_t)N_B * V) : NAN);
+	x4_trunk_free(fresh);
+
+	/* Prefill in chunks of 16 against one whole chunk; prefill of A minus
+	 * its last token then a decode step against the whole prefill's last
+	 * row (gemm vs gemv, prefill vs split decode attention). */
+	x4_trunk_reset(t);
+	ok = fwd(t, a, N_A, l1, true);
+	x4_trunk *t16 = mk(m, 0, 0, 16);
+	ok2 = fwd(t16, a, N_A, l2, true);
+	double e16 = ok && ok2 ? rel(l2, l1, (size_t)N_A * V) : NAN;
+	T_OK(ok && ok2 && e16 <= TOL_FP32_PATHS, "gpu_trunk.prefill_chunks_of_16",
+	     "%s; rel err %.3g against one chunk (tolerance %g)", ok && ok2 ? "ok" : err.msg, e16,
+	     TOL_FP32_PATHS);
+	printf("# chunks of 16 vs one chunk: rel err %.3g\n", e16);
+	x4_trunk_reset(t16);
+	ok2 = fwd(t16, a, N_A - 1, NULL, false) && fwd(t16, &a[N_A - 1], 1, l2, false);
+	double edec = ok && ok2 ? rel(l2, l1 + (size_t)(N_A - 1) * V, (size_t)V) : NAN;
+	T_OK(ok && ok2 && edec <= TOL_FP32_PATHS, "gpu_trunk.decode_step_vs_prefill_row",
+	     "%s; rel err %.3g (tolerance %g)", ok && ok2 ? "ok" : err.msg, edec, TOL_FP32_PATHS);
+	printf("# decode step vs prefill row: rel err %.3g\n", edec);
+	x4_trunk_free(t16);
+	/* The eager gate (five launches) against the fused kernel, prefill and
+	 * a decode step: the same arithmetic, so the fp32-paths bound. */
+	eager = true;
+	x4_trunk *te = mk(m, 0, 0, 0);
+	eager = false;
+	ok2 = fwd(te, a, N_A - 1, l2, true) && fwd(te, &a[N_A - 1], 1, l2 + (size_t)(N_A - 1) * V, false);
+	double eeag = ok && ok2 ? rel(l2, l1, (size_t)N_A * V) : NAN;
+	T_OK(ok && ok2 && eeag <= TOL_FP32_PATHS, "gpu_trunk.hc_eager_vs_fused",
+	     "%s; rel err %.3g (tolerance %g)", ok && ok2 ? "ok" : err.msg, eeag, TOL_FP32_PATHS);
+	printf("# eager gate vs fused: rel err %.3g\n", eeag);
+	x4_trunk_free(te);
+
+	/* A context overflow is refused before any work, and the trunk goes on. */
+	x4_trunk *ts = mk(m, 0, 16, 0);
+	int rc = ts ? x4_trunk_forward(ts, a, 17, l1, false, &err) : -100;
+	T_OK(ts && rc == X4_ERANGE && x4_trunk_pos(ts) == 0, "gpu_trunk.overflow.refused",
+	     "forward of 17 into 16 positions returned %d (%s), pos %d", rc, err.msg,
+	     ts ? x4_trunk_pos(ts) : -1);
+	ok = fwd(ts, a, 16, l1, false);
+	rc = ts ? x4_trunk_forward(ts, a, 1, l1, false, &err) : -100;
+	T_OK(ts && ok && rc == X4_ERANGE && x4_trunk_pos(ts) == 16, "gpu_trunk.overflow.full",
+	     "16 tokens then 1 more: %d, pos %d", rc, ts ? x4_trunk_pos(ts) : -1);
+	x4_trunk_free(ts);
+	x4_trunk_free(t);
+
+	parity_by_sublayer(m, a);
+
+	free(l1);
+	free(l2);
+	free(l3);
+	x4_model_close(m);
+	return t_done();
+}
