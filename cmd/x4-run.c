@@ -580,6 +580,27 @@ static void print_stats(const struct opts *o, const x4_model *m, const x4_paths 
 	fflush(f);
 }
 
+/* A progress bar for the weight upload, on a terminal only. */
+struct load_bar {
+	double t0;
+	int last_pct;
+};
+
+static void load_progress(void *ctx, uint64_t done, uint64_t total)
+{
+	struct load_bar *b = ctx;
+	int pct = total ? (int)(100 * done / total) : 100;
+	if (pct == b->last_pct)
+		return;
+	b->last_pct = pct;
+	double dt = x4_now() - b->t0;
+	fprintf(stderr, "\r" PROG ": loading weights %3d%%  %.2f / %.2f GiB  %.1f GB/s", pct,
+		done / 1073741824.0, total / 1073741824.0, dt > 0 ? done / dt / 1e9 : 0.0);
+	if (done >= total)
+		fputc('\n', stderr);
+	fflush(stderr);
+}
+
 int main(int argc, char **argv)
 {
 	struct opts o;
@@ -634,6 +655,11 @@ int main(int argc, char **argv)
 
 	x4_trunk *t = NULL;
 	x4_sampler *smp = NULL;
+	struct load_bar bar = { x4_now(), -1 };
+	if (isatty(2) && !o.json) {
+		o.trunk.progress = load_progress;
+		o.trunk.progress_ctx = &bar;
+	}
 	if (x4_trunk_create(&t, m, &o.trunk, &e) || x4_sampler_create(&smp, &o.samp, &e)) {
 		fprintf(stderr, PROG ": %s\n", e.msg);
 		return 1;
@@ -663,11 +689,16 @@ int main(int argc, char **argv)
 	struct buf text = {0};
 	int rc = 0;
 
-	/* Prefill. */
+	/* Prefill.  Without --dump-logits the next token is picked where the
+	 * logits are (x4_trunk_forward_next: on the GPU one id comes back). */
+	int32_t next = -1;
 	for (size_t at = 0; at < n_prompt; at += chunk) {
 		size_t n = min_size(chunk, n_prompt - at);
 		double t0 = x4_now();
-		rc = x4_trunk_forward(t, ids + at, (int)n, logits, npy != NULL, &e);
+		if (!npy && at + n == n_prompt)
+			rc = x4_trunk_forward_next(t, ids + at, (int)n, smp, &o.samp, &next, &e);
+		else
+			rc = x4_trunk_forward(t, ids + at, (int)n, logits, npy != NULL, &e);
 		st.prefill_s += x4_now() - t0;
 		if (!rc && npy)
 			rc = x4_npy_append(npy, logits, (int)n, &e);
@@ -697,7 +728,7 @@ int main(int argc, char **argv)
 		}
 		if (st.n_gen >= (size_t)o.n_max)
 			break;
-		int32_t id = x4_sample(smp, logits, n_vocab);
+		int32_t id = npy ? x4_sample(smp, logits, n_vocab) : next;
 		if (id == cfg->eos_id && !o.ignore_eos) {
 			st.stop = "eos";
 			break;
@@ -722,7 +753,8 @@ int main(int argc, char **argv)
 		if (st.n_gen >= (size_t)o.n_max && !npy)
 			break;
 		double t0 = x4_now();
-		rc = x4_trunk_forward(t, &id, 1, logits, false, &e);
+		rc = npy ? x4_trunk_forward(t, &id, 1, logits, false, &e)
+			 : x4_trunk_forward_next(t, &id, 1, smp, &o.samp, &next, &e);
 		double dtm = x4_now() - t0;
 		if (rc == X4_ERANGE) {
 			/* the cache is full: the context, not a failure, ends the run */

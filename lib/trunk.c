@@ -83,6 +83,22 @@ int x4_trunk_forward(x4_trunk *t, const int32_t *ids, int n, float *logits, bool
 	return x4_trunk_cuda_forward(t->cuda, ids, n, logits, all_logits, e);
 }
 
+int x4_trunk_forward_next(x4_trunk *t, const int32_t *ids, int n, x4_sampler *smp,
+			  const x4_sampler_opts *so, int32_t *next, x4_err *e)
+{
+	if (t->cuda)
+		return x4_trunk_cuda_forward_next(t->cuda, ids, n, so, next, e);
+	int nv = t->cpu->c->n_vocab;
+	float *logits = x4_alloc(sizeof(float) * (size_t)nv, "one row of logits", e);
+	if (!logits)
+		return X4_ENOMEM;
+	int rc = x4_trunk_cpu_forward(t->cpu, ids, n, logits, false, e);
+	if (!rc)
+		*next = x4_sample(smp, logits, nv);
+	free(logits);
+	return rc;
+}
+
 void x4_trunk_set_probe(x4_trunk *t, x4_probe_fn fn, void *ctx)
 {
 	if (t->cpu)

@@ -141,6 +141,9 @@ static int upload(x4_trunk_cuda *t, const struct piece *pc, int np, x4_err *e)
 	cudaEvent_t ev[2] = { NULL, NULL };
 	bool used[2] = { false, false };
 	int rc = 0, k = 0, nthr = X4_MIN(8, x4_ncpu());
+	uint64_t total = 0, done = 0;
+	for (int i = 0; i < np; i++)
+		total += pc[i].n;
 	for (int i = 0; i < 2 && !rc; i++) {
 		rc = x4_cuda_check(cudaMallocHost(&buf[i], STAGE_BYTES),
 				   "allocate 64 MiB of pinned host memory to stage the weights", e);
@@ -167,6 +170,9 @@ static int upload(x4_trunk_cuda *t, const struct piece *pc, int np, x4_err *e)
 				rc = x4_cuda_check(cudaEventRecord(ev[k], t->s), "upload the weights", e);
 			used[k] = true;
 			k ^= 1;
+			done += len;
+			if (t->o.progress)
+				t->o.progress(t->o.progress_ctx, done, total);
 		}
 	}
 	if (!rc)
@@ -393,6 +399,9 @@ void x4_trunk_cuda_free(x4_trunk_cuda *t)
 		cudaFreeHost(t->ids_host);
 	if (t->pos_host)
 		cudaFreeHost(t->pos_host);
+	if (t->next_host)
+		cudaFreeHost(t->next_host);
+	x4_dev_free(t->samp);
 	if (t->s)
 		cudaStreamDestroy(t->s);
 	free(t->pr_streams);
@@ -442,6 +451,12 @@ int x4_trunk_cuda_create(x4_trunk_cuda **t, const x4_model *m, const x4_trunk_op
 }
 
 void x4_trunk_cuda_free(x4_trunk_cuda *t) { (void)t; }
+
+int x4_trunk_cuda_forward_next(x4_trunk_cuda *t, const int32_t *ids, int n,
+			       const x4_sampler_opts *so, int32_t *next, x4_err *e)
+{
+	return x4_trunk_cuda_forward(t, ids, n, NULL, false, e);
+}
 void x4_trunk_cuda_reset(x4_trunk_cuda *t) { (void)t; }
 int x4_trunk_cuda_pos(const x4_trunk_cuda *t) { (void)t; return 0; }
 

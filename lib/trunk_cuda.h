@@ -88,6 +88,10 @@ struct x4_trunk_cuda {
 	float *pr_streams, *pr_y, *pr_xh, *pr_coef, *pr_wts; /* [n_hc*D], [D], [D], [ncoef], [k] */
 	int *pr_sel;             /* [k] */
 	float *narrow_host;      /* [chunk][n_hc][D] for the F16/BF16 residual arms */
+	/* x4_trunk_forward_next's device pick, allocated on its first call */
+	void *samp;              /* [ws | next id | step counter] */
+	size_t samp_ws_bytes;
+	int32_t *next_host;      /* [1] pinned */
 };
 
 /* Bytes of the workspace for chunks of up to T tokens; with base set, also

@@ -254,7 +254,8 @@ static int blocks(const fwd *f, bool observe)
 	return pend ? update(f, pend) : 0;
 }
 
-/* Spec 6.8 for n tokens of the streams from token tk0: logits to the host. */
+/* Spec 6.8 for n tokens of the streams from token tk0: logits into
+ * w->logits, then to the host unless logits is NULL (the device pick). */
 static int head(fwd *f, int tk0, int n, float *logits)
 {
 	x4_trunk_cuda *t = f->t;
@@ -268,7 +269,7 @@ static int head(fwd *f, int tk0, int n, float *logits)
 	f->T = n;
 	rc = mm(f, t->m->output, t->output, w->hn, w->logits);
 	f->T = T;
-	if (rc)
+	if (rc || !logits)
 		return rc;
 	X4_CUDA_TRY(cudaMemcpyAsync(logits, w->logits, sizeof(float) * (size_t)n * c->n_vocab,
 				    cudaMemcpyDeviceToHost, f->s),
@@ -276,8 +277,10 @@ static int head(fwd *f, int tk0, int n, float *logits)
 	return 0;
 }
 
-int x4_trunk_cuda_forward(x4_trunk_cuda *t, const int32_t *ids, int n, float *logits,
-			  bool all_logits, x4_err *e)
+/* The forward pass; with pick set, the last row's logits stay on the device
+ * and *pick (a device int) receives the next token chosen by so. */
+static int run(x4_trunk_cuda *t, const int32_t *ids, int n, float *logits, bool all_logits,
+	       const x4_sampler_opts *so, int32_t *pick, x4_err *e)
 {
 	const x4_config *c = t->c;
 	if (n < 1 || !ids)
@@ -317,6 +320,21 @@ int x4_trunk_cuda_forward(x4_trunk_cuda *t, const int32_t *ids, int n, float *lo
 			rc = head(&f, 0, T, logits + (size_t)done * (size_t)c->n_vocab);
 		else if (!rc && logits && last)
 			rc = head(&f, T - 1, 1, logits);
+		else if (!rc && pick && last)
+			rc = head(&f, T - 1, 1, NULL);
+	}
+	if (!rc && pick) {
+		void *ws = t->samp;
+		uint64_t *step = (uint64_t *)((char *)t->samp + t->samp_ws_bytes + 16);
+		if (so->temperature > 0 && so->top_k != 1)
+			rc = x4k_sample(c->n_vocab, t->w.logits, so->temperature, so->top_k,
+					so->top_p, so->seed, step, pick, ws, t->samp_ws_bytes, t->s, e);
+		else
+			rc = x4k_argmax(c->n_vocab, t->w.logits, pick, ws, t->samp_ws_bytes, t->s, e);
+		if (!rc)
+			rc = x4_cuda_check(cudaMemcpyAsync(t->next_host, pick, sizeof(int32_t),
+							   cudaMemcpyDeviceToHost, t->s),
+					   "copy the next token id to the host", e);
 	}
 	/* Every kernel's own failure surfaces here, named. */
 	cudaError_t st = cudaStreamSynchronize(t->s);
@@ -325,6 +343,34 @@ int x4_trunk_cuda_forward(x4_trunk_cuda *t, const int32_t *ids, int n, float *lo
 	X4_CUDA_TRY(st, "run the forward pass on the GPU", e);
 	t->pos += n;
 	return 0;
+}
+
+int x4_trunk_cuda_forward(x4_trunk_cuda *t, const int32_t *ids, int n, float *logits,
+			  bool all_logits, x4_err *e)
+{
+	return run(t, ids, n, logits, all_logits, NULL, NULL, e);
+}
+
+int x4_trunk_cuda_forward_next(x4_trunk_cuda *t, const int32_t *ids, int n,
+			       const x4_sampler_opts *so, int32_t *next, x4_err *e)
+{
+	if (!t->samp) {
+		/* [workspace | the picked id (16 B) | the sampler's step counter] */
+		t->samp_ws_bytes = (x4k_sample_workspace_bytes(t->c->n_vocab) + 15) & ~(size_t)15;
+		size_t bytes = t->samp_ws_bytes + 16 + sizeof(uint64_t);
+		X4_CUDA_TRY(cudaSetDevice(t->dev), "select the CUDA device", e);
+		int rc = x4_dev_alloc(&t->samp, bytes, "the device sampler", e);
+		if (rc)
+			return rc;
+		X4_CUDA_TRY(cudaMemset(t->samp, 0, bytes), "clear the device sampler", e);
+		X4_CUDA_TRY(cudaMallocHost((void **)&t->next_host, sizeof(int32_t)),
+			    "allocate pinned memory for the next token id", e);
+	}
+	int32_t *pick = (int32_t *)((char *)t->samp + t->samp_ws_bytes);
+	int rc = run(t, ids, n, NULL, false, so, pick, e);
+	if (!rc)
+		*next = *t->next_host; /* run() synchronised the stream */
+	return rc;
 }
 
 #else

@@ -470,6 +470,10 @@ typedef struct x4_trunk_opts {
 	int prefill_chunk; /* tokens per prefill chunk, 0 = automatic */
 	bool hc_eager;     /* GPU: the multi-kernel hyper-connection path */
 	int kv;            /* enum x4_kv: the latent cache's values */
+	/* Called (if set) as the weights load onto the GPU, after each staged
+	 * piece: bytes done of total.  The library never prints; a tool may. */
+	void (*progress)(void *ctx, uint64_t done, uint64_t total);
+	void *progress_ctx;
 } x4_trunk_opts;
 void x4_trunk_opts_default(x4_trunk_opts *o);
 
@@ -518,6 +522,8 @@ typedef struct x4_trunk_stats {
 int x4_trunk_get_stats(const x4_trunk *t, x4_trunk_stats *s);
 
 /* ===================== 7. sampling ===================== */
+/* (x4_trunk_forward_next, which picks the next token where the logits are,
+ * is declared after the sampler below.) */
 
 typedef struct x4_sampler_opts {
 	float temperature;  /* 0 = greedy */
@@ -530,6 +536,16 @@ int x4_sampler_create(x4_sampler **s, const x4_sampler_opts *o, x4_err *e);
 void x4_sampler_free(x4_sampler *s);
 /* Pick a token from one row of logits [n_vocab]. */
 int32_t x4_sample(x4_sampler *s, const float *logits, int n_vocab);
+
+/* Run n tokens as x4_trunk_forward does and pick the next token from the
+ * last position's logits where they are: on the GPU the pick (argmax, or
+ * temperature/top-k/top-p) runs on the device and one token id is all that
+ * crosses back to the host; on the CPU it is x4_sample with `smp`.  Greedy
+ * picks are the same on both; sampled ones draw from the GPU's own
+ * counter-based stream (seeded by so->seed), so a seed reproduces a run on
+ * the same kind of device. */
+int x4_trunk_forward_next(x4_trunk *t, const int32_t *ids, int n, x4_sampler *smp,
+			  const x4_sampler_opts *so, int32_t *next, x4_err *e);
 
 /* ===================== 8. utilities ===================== */
 

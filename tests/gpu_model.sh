@@ -108,6 +108,21 @@ model_checks() {
 		"$tmp/$p.f32.json" "$tmp/$p.f64.npy" "$tmp/$p.f64.json" "$TOL_F64"
 	cmp -s "$tmp/$p.gpu1.npy" "$tmp/$p.gpu2.npy"
 	check "$p.gpu.repeat_bit_identical" $? "two runs of the same prompt wrote different logits"
+	# Without --dump-logits the next token is picked on the device and one id
+	# read back (x4_trunk_forward_next): the same greedy tokens as the logits path.
+	"$RUN" "${common[@]}" --device "$DEV" >"$tmp/$p.pick.json" 2>"$tmp/$p.pick.err"; rc=$?
+	check "$p.gpu_pick.exit" $((rc != 0)) "exit $rc: $(head -c 400 "$tmp/$p.pick.err")"
+	"$PY" -c 'import json,sys; a=json.load(open(sys.argv[1]))["tokens"]; b=json.load(open(sys.argv[2]))["tokens"]; sys.exit(0 if a==b and len(a)==64 else 1)' \
+		"$tmp/$p.pick.json" "$tmp/$p.gpu1.json"
+	check "$p.gpu_pick.greedy_tokens_equal" $? "the device pick's 64 greedy tokens differ from the logits path's"
+	# Sampled on the device: the same seed twice gives the same tokens.
+	for k in 1 2; do
+		"$RUN" "${common[@]}" --device "$DEV" --temperature 0.8 --top-p 0.9 -s 7 \
+			>"$tmp/$p.samp$k.json" 2>/dev/null
+	done
+	"$PY" -c 'import json,sys; a=json.load(open(sys.argv[1]))["tokens"]; b=json.load(open(sys.argv[2]))["tokens"]; sys.exit(0 if a==b and len(a)==64 else 1)' \
+		"$tmp/$p.samp1.json" "$tmp/$p.samp2.json"
+	check "$p.gpu_pick.sampled_seed_reproducible" $? "two sampled runs with seed 7 differ"
 	"$PY" -c 'import json,sys; j=json.load(open(sys.argv[1])); print("# %s on %s: %.3f GiB resident, loaded in %.2f s; prefill chunk %d; prefill %s tok/s, decode %s tok/s" % (sys.argv[2], j["device_name"], j["resident_bytes"] / 2**30, j["load_s"], j["prefill_chunk"], j["prefill_tok_s"], j["decode_tok_s"]))' \
 		"$tmp/$p.gpu1.json" "$p"
 }
