@@ -39,7 +39,7 @@ TESTS    := $(TEST_SRC:tests/%.c=build/tests/%)
 GPU_TEST_SRC := $(wildcard tests/gpu_*.c)
 GPU_TESTS := $(if $(NVCC),$(GPU_TEST_SRC:tests/%.c=build/tests/%),)
 
-.PHONY: all tools tests test test-gpu venv fuzz clean tiny
+.PHONY: all tools tests test test-gpu venv fuzz clean tiny print-nvcc
 all: build/libx4.a $(TOOLS) tiny
 	@$(if $(NVCC),,echo "x4: nvcc not found: built the CPU parts only; skipped the CUDA kernels (kernels/*.cu) and the GPU tests")
 
@@ -102,6 +102,10 @@ build/fuzz_gguf: tests/fuzz_gguf.c $(wildcard lib/gguf*.c lib/err.c) lib/x4.h
 	@mkdir -p $(@D)
 	clang -g -O1 -std=c11 -D_GNU_SOURCE -Ilib -fsanitize=fuzzer,address,undefined \
 	  tests/fuzz_gguf.c lib/gguf.c lib/err.c lib/quant.c -o $@ -lm
+
+# What the build decided about CUDA, for tests/run.sh.
+print-nvcc:
+	@echo $(NVCC)
 
 clean:
 	rm -rf build bin

@@ -36,7 +36,8 @@ static void usage(FILE *f)
 "              [--chat [--system TEXT]] [-n N] [--temperature T] [--top-k K]\n"
 "              [--top-p P] [-s SEED] [--ignore-eos] [--device cpu|cuda:N]\n"
 "              [--threads N] [--max-model-len N] [--resid f32|f16|bf16]\n"
-"              [--prec f32|f64] [--kv-cache f16|exact]\n"
+"              [--prec f32|f64] [--kv-cache f16|exact] [--hc fused|eager]\n"
+"              [--gpu-memory SIZE]\n"
 "              [--dump-logits FILE.npy] [--tokenize] [--json]\n"
 "Generate text from a xing4_0 checkpoint; statistics go to stderr.\n"
 "  -m, --model PATH        a .gguf or a folder holding one (default: the tiny\n"
@@ -63,6 +64,10 @@ static void usage(FILE *f)
 "      --prec P            CPU arithmetic: f32 (default) or f64 (the reference)\n"
 "      --kv-cache K        latent cache values: f16 (default with f32) or exact\n"
 "                          (the arithmetic's own width; CPU only)\n"
+"      --hc H              GPU hyper-connection gate: fused (default, one kernel)\n"
+"                          or eager (the multi-kernel path, for comparison)\n"
+"      --gpu-memory SIZE   device memory x4 may hold (e.g. 20G; default: what\n"
+"                          is free); a model that does not fit is refused\n"
 "      --dump-logits FILE  write the logits of every position as float32 .npy\n"
 "      --tokenize          print the prompt's token ids and exit\n"
 "      --json              print text and statistics as one JSON object\n"
@@ -91,6 +96,27 @@ static long parse_long(const char *s, long lo, long hi, const char *opt)
 		exit(2);
 	}
 	return v;
+}
+
+/* "20G", "512M", "300000K" or plain bytes -> bytes; strict. */
+static uint64_t parse_size(const char *s, const char *opt)
+{
+	char *end;
+	errno = 0;
+	unsigned long long v = strtoull(s, &end, 10);
+	uint64_t mult = 1;
+	if (*end == 'K' || *end == 'k')
+		mult = 1ull << 10, end++;
+	else if (*end == 'M' || *end == 'm')
+		mult = 1ull << 20, end++;
+	else if (*end == 'G' || *end == 'g')
+		mult = 1ull << 30, end++;
+	if (!*s || *s == '-' || *end || errno || v == 0 || v > (UINT64_MAX >> 30)) {
+		fprintf(stderr, PROG ": %s '%s': expected a size such as 20G, 512M or 300000K "
+			"(see " PROG " -h)\n", opt, s);
+		exit(2);
+	}
+	return (uint64_t)v * mult;
 }
 
 static double parse_double(const char *s, double lo, double hi, const char *opt)
@@ -318,7 +344,7 @@ static void parse_args(int argc, char **argv, struct opts *o)
 {
 	enum { O_TOK = 256, O_CHAT, O_SYSTEM, O_BOS, O_SPECIAL, O_TEMP, O_TOPK, O_TOPP,
 	       O_IGNORE_EOS, O_DEVICE, O_THREADS, O_MAXLEN, O_RESID, O_TOKENS, O_TOKENIZE,
-	       O_DUMP, O_JSON, O_VERSION, O_PREC, O_KV };
+	       O_DUMP, O_JSON, O_VERSION, O_PREC, O_KV, O_HC, O_GPUMEM };
 	static const struct option lo[] = {
 		{"model", required_argument, 0, 'm'},
 		{"tokenizer", required_argument, 0, O_TOK},
@@ -340,6 +366,8 @@ static void parse_args(int argc, char **argv, struct opts *o)
 		{"resid", required_argument, 0, O_RESID},
 		{"prec", required_argument, 0, O_PREC},
 		{"kv-cache", required_argument, 0, O_KV},
+		{"hc", required_argument, 0, O_HC},
+		{"gpu-memory", required_argument, 0, O_GPUMEM},
 		{"tokens", required_argument, 0, O_TOKENS},
 		{"tokenize", no_argument, 0, O_TOKENIZE},
 		{"dump-logits", required_argument, 0, O_DUMP},
@@ -389,6 +417,12 @@ static void parse_args(int argc, char **argv, struct opts *o)
 		case O_RESID: o->trunk.resid = parse_resid(optarg); break;
 		case O_PREC: o->trunk.prec = parse_prec(optarg); break;
 		case O_KV: o->trunk.kv = parse_kv(optarg); break;
+		case O_HC:
+			if (strcmp(optarg, "fused") && strcmp(optarg, "eager"))
+				die_usage("--hc '%s': expected fused or eager%s", optarg, "");
+			o->trunk.hc_eager = strcmp(optarg, "eager") == 0;
+			break;
+		case O_GPUMEM: o->trunk.mem_limit = parse_size(optarg, "--gpu-memory"); break;
 		case O_TOKENS: o->tokens = optarg; break;
 		case O_TOKENIZE: o->tokenize = true; break;
 		case O_DUMP: o->dump = optarg; break;
@@ -520,10 +554,10 @@ static void print_stats(const struct opts *o, const x4_model *m, const x4_paths 
 	double prefill_tok_s = s->prefill_s > 0 ? s->n_prompt / s->prefill_s : NAN;
 	if (!o->json) {
 		fprintf(stderr, PROG ": model %s (fingerprint %s), device %s, threads %d, resid %s, "
-			"prec %s, kv-cache %s, temperature %g, top_k %d, top_p %g, seed %llu\n",
+			"prec %s, kv-cache %s, hc %s, temperature %g, top_k %d, top_p %g, seed %llu\n",
 			paths->gguf, x4_model_fingerprint(m), o->device, threads,
 			resid_name(o->trunk.resid), o->trunk.prec == X4_PREC_F64 ? "f64" : "f32",
-			kv_name(&o->trunk), o->samp.temperature, o->samp.top_k, o->samp.top_p,
+			kv_name(&o->trunk), o->trunk.hc_eager ? "eager" : "fused", o->samp.temperature, o->samp.top_k, o->samp.top_p,
 			(unsigned long long)o->samp.seed);
 		if (ts->resident_bytes)
 			fprintf(stderr, PROG ": loaded %.2f GiB to %s in %.2f s (%.1f GB/s); KV cache "
@@ -568,8 +602,9 @@ static void print_stats(const struct opts *o, const x4_model *m, const x4_paths 
 		ts->load_s, (unsigned long long)ts->resident_bytes,
 		(unsigned long long)ts->cache_bytes, ts->max_ctx, ts->prefill_chunk);
 	json_str(f, ts->device, strlen(ts->device));
-	fprintf(f, ",\"prec\":\"%s\",\"kv_cache\":\"%s\",\"model\":",
-		o->trunk.prec == X4_PREC_F64 ? "f64" : "f32", kv_name(&o->trunk));
+	fprintf(f, ",\"prec\":\"%s\",\"kv_cache\":\"%s\",\"hc\":\"%s\",\"gpu_memory_bytes\":%llu,"
+		"\"model\":", o->trunk.prec == X4_PREC_F64 ? "f64" : "f32", kv_name(&o->trunk),
+		o->trunk.hc_eager ? "eager" : "fused", (unsigned long long)o->trunk.mem_limit);
 	json_str(f, paths->gguf, strlen(paths->gguf));
 	fprintf(f, ",\"model_fingerprint\":\"%s\",\"commit\":\"%s\",\"device\":\"%s\","
 		"\"threads\":%d,\"resid\":\"%s\",\"chat\":%s,\"temperature\":%g,\"top_k\":%d,"

@@ -213,25 +213,53 @@ static int open_device(x4_trunk_cuda *t, int ordinal, x4_err *e)
 
 static double mib(uint64_t b) { return (double)b / MIB; }
 
+/* " (of the 2048 MiB --gpu-memory allows)" when a limit is set, else "". */
+static const char *limit_note(const x4_trunk_cuda *t, char *buf, size_t n)
+{
+	if (!t->o.mem_limit)
+		return "";
+	snprintf(buf, n, " (of the %.0f MiB --gpu-memory allows)", mib(t->o.mem_limit));
+	return buf;
+}
+
+/* Free device memory as x4 may use it: what the driver reports, capped by
+ * --gpu-memory (opts.mem_limit) less what this trunk already holds. */
+static int usable_free(x4_trunk_cuda *t, uint64_t held, uint64_t *free_out,
+		       uint64_t *total_out, x4_err *e)
+{
+	size_t free_b = 0, total_b = 0;
+	X4_CUDA_TRY(cudaMemGetInfo(&free_b, &total_b), "read the free device memory", e);
+	uint64_t f = free_b, lim = t->o.mem_limit;
+	if (lim)
+		f = X4_MIN(f, lim > held ? lim - held : 0);
+	*free_out = f;
+	*total_out = lim ? X4_MIN(lim, (uint64_t)total_b) : total_b;
+	return 0;
+}
+
 /* Refuse before the upload when the weights, the cache and the narrowest
  * chunk cannot all be resident (record section 5: a refusal at load, not an
  * out-of-memory inside a request). */
 static int check_fit(x4_trunk_cuda *t, uint64_t narrow_ws, x4_err *e)
 {
-	size_t free_b = 0, total_b = 0;
-	X4_CUDA_TRY(cudaMemGetInfo(&free_b, &total_b), "read the free device memory", e);
+	char note[64];
+	uint64_t free_b = 0, total_b = 0;
+	int rc = usable_free(t, 0, &free_b, &total_b, e);
+	if (rc)
+		return rc;
 	uint64_t w = t->weight_bytes, need = narrow_ws + RESERVE_BYTES;
 	if (w >= free_b)
 		return x4_err_set(e, X4_ENOMEM, "the weights need %.0f MiB and %.0f MiB are free on "
-				  "%s (%.0f MiB in all); use a card with more memory", mib(w),
-				  mib(free_b), t->dev_name, mib(total_b));
+				  "%s%s (%.0f MiB in all); use a card with more memory", mib(w),
+				  mib(free_b), t->dev_name, limit_note(t, note, sizeof note), mib(total_b));
 	uint64_t left = free_b - w;
 	if (t->cache_bytes + need > left)
 		return x4_err_set(e, X4_ENOMEM, "--max-model-len %d needs a %.0f MiB cache; with "
-				  "%.0f MiB of weights resident, %.0f MiB are free on %s and the "
+				  "%.0f MiB of weights resident, %.0f MiB are free on %s%s and the "
 				  "narrowest prefill chunk (%d tokens) needs %.0f MiB; lower "
 				  "--max-model-len or use a card with more memory", t->max_ctx,
 				  mib(t->cache_bytes), mib(w), mib(left), t->dev_name,
+				  limit_note(t, note, sizeof note),
 				  X4_MIN(NARROW_CHUNK, t->max_ctx), mib(need));
 	return 0;
 }
@@ -240,17 +268,21 @@ static int check_fit(x4_trunk_cuda *t, uint64_t narrow_ws, x4_err *e)
  * fits in what the weights and the cache left. */
 static int pick_chunk(x4_trunk_cuda *t, x4_err *e)
 {
-	size_t free_b = 0, total_b = 0;
-	X4_CUDA_TRY(cudaMemGetInfo(&free_b, &total_b), "read the free device memory", e);
+	char note[64];
+	uint64_t free_b = 0, total_b = 0;
+	int rc = usable_free(t, t->weight_bytes + t->cache_bytes, &free_b, &total_b, e);
+	if (rc)
+		return rc;
 	uint64_t avail = free_b > RESERVE_BYTES ? free_b - RESERVE_BYTES : 0;
 	if (t->o.prefill_chunk) {
 		int T = X4_MIN(t->o.prefill_chunk, t->max_ctx);
 		uint64_t need = x4_cuda_ws_layout(t, T, NULL, NULL);
 		if (need > avail)
 			return x4_err_set(e, X4_ENOMEM, "a prefill chunk of %d tokens needs %.0f MiB "
-					  "and %.0f MiB are free on %s beside the weights and the "
+					  "and %.0f MiB are free on %s%s beside the weights and the "
 					  "cache; use a smaller chunk or --max-model-len", T, mib(need),
-					  mib(avail), t->dev_name);
+					  mib(avail), t->dev_name,
+					  limit_note(t, note, sizeof note));
 		t->chunk = T;
 		return 0;
 	}
@@ -266,10 +298,11 @@ static int pick_chunk(x4_trunk_cuda *t, x4_err *e)
 	}
 	uint64_t need = x4_cuda_ws_layout(t, floor_t, NULL, NULL) + RESERVE_BYTES;
 	return x4_err_set(e, X4_ENOMEM, "--max-model-len %d: with %.0f MiB of weights and a %.0f "
-			  "MiB cache resident, %.0f MiB are free on %s and the narrowest prefill "
+			  "MiB cache resident, %.0f MiB are free on %s%s and the narrowest prefill "
 			  "chunk (%d tokens) needs %.0f MiB; lower --max-model-len or use a card "
 			  "with more memory", t->max_ctx, mib(t->weight_bytes), mib(t->cache_bytes),
-			  mib((uint64_t)free_b), t->dev_name, floor_t, mib(need));
+			  mib((uint64_t)free_b), t->dev_name, limit_note(t, note, sizeof note),
+			  floor_t, mib(need));
 }
 
 static int create(x4_trunk_cuda *t, x4_err *e)

@@ -470,6 +470,7 @@ typedef struct x4_trunk_opts {
 	int prefill_chunk; /* tokens per prefill chunk, 0 = automatic */
 	bool hc_eager;     /* GPU: the multi-kernel hyper-connection path */
 	int kv;            /* enum x4_kv: the latent cache's values */
+	uint64_t mem_limit; /* GPU: bytes of device memory x4 may hold (0 = what is free) */
 	/* Called (if set) as the weights load onto the GPU, after each staged
 	 * piece: bytes done of total.  The library never prints; a tool may. */
 	void (*progress)(void *ctx, uint64_t done, uint64_t total);

@@ -235,6 +235,29 @@ if [ -s "$tmp/loud.walk.gpu" ]; then
 	check loud.walk.gpu_f16_overflows_at_loud_block $([ "$ov" = 2:ffn ]; echo $?) \
 		"f16 first_fp16_overflow '$ov', want 2:ffn"
 fi
+# A model that does not fit is refused at load with the numbers (record
+# section 5), not an out-of-memory inside a request: --gpu-memory caps what
+# x4 may hold, so the refusal can be provoked on any card.
+if [ -d "$tmp/tiny" ]; then
+	"$RUN" -m "$tmp/tiny" --device "$DEV" -n 1 --gpu-memory 8M >/dev/null 2>"$tmp/fit1.err"; rc=$?
+	grep -q "the weights need .* MiB and .* MiB are free .*--gpu-memory" "$tmp/fit1.err"
+	check fit.weights_refused $(( rc != 1 || $? != 0 )) "exit $rc: $(head -c 300 "$tmp/fit1.err")"
+	"$RUN" -m "$tmp/tiny" --device "$DEV" -n 1 --gpu-memory 64M --max-model-len 4096 \
+		>/dev/null 2>"$tmp/fit2.err"; rc=$?
+	grep -q -- "--max-model-len 4096 needs a .* MiB cache; with .* MiB of weights resident.*narrowest prefill chunk.*lower --max-model-len" "$tmp/fit2.err"
+	check fit.cache_refused $(( rc != 1 || $? != 0 )) "exit $rc: $(head -c 300 "$tmp/fit2.err")"
+	echo "# refusal: $(head -c 400 "$tmp/fit2.err")"
+	"$RUN" -m "$tmp/tiny" --device "$DEV" -n 4 --gpu-memory 1G >/dev/null 2>"$tmp/fit3.err"
+	check fit.within_limit_runs $? "$(head -c 300 "$tmp/fit3.err")"
+	# The eager gate path through the whole model: the fused path's greedy tokens.
+	"$RUN" -m "$tmp/tiny" --device "$DEV" -p "$short" -n 32 --ignore-eos --json --hc eager \
+		>"$tmp/eager.json" 2>/dev/null
+	"$RUN" -m "$tmp/tiny" --device "$DEV" -p "$short" -n 32 --ignore-eos --json --hc fused \
+		>"$tmp/fused.json" 2>/dev/null
+	"$PY" -c 'import json,sys; a=json.load(open(sys.argv[1]))["tokens"]; b=json.load(open(sys.argv[2]))["tokens"]; sys.exit(0 if a==b and len(a)==32 else 1)' \
+		"$tmp/eager.json" "$tmp/fused.json"
+	check hc.eager_vs_fused_greedy_tokens $? "the eager and fused gates' 32 greedy tokens differ"
+fi
 rm -rf "$tmp/tiny" "$tmp/loud"
 synth small --preset small --seed 1 && model_checks small "$tmp/small" "$short"
 echo "# gpu_model.sh took $((SECONDS - t0)) s"
