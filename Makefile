@@ -18,8 +18,11 @@ CFLAGS   ?= -O2 -g
 CFLAGS   += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wno-unused-parameter \
             -MMD -MP -pthread -Ilib -DX4_COMMIT='"$(COMMIT)"'
 LDLIBS   := -lm -lpthread
+# Machine code for each arch, plus the newest arch's PTX so that a newer GPU
+# can still run the kernels (the driver compiles it at load).
 NVFLAGS  := -O3 -std=c++17 -Ilib -Xcompiler -Wall,-Wno-unused-parameter -MMD -MP \
-            $(foreach a,$(CUDA_ARCH),-gencode=arch=compute_$(a),code=sm_$(a))
+            $(foreach a,$(CUDA_ARCH),-gencode=arch=compute_$(a),code=sm_$(a)) \
+            -gencode=arch=compute_$(lastword $(CUDA_ARCH)),code=compute_$(lastword $(CUDA_ARCH))
 
 ifneq ($(NVCC),)
   CFLAGS += -DX4_HAVE_CUDA -I$(CUDA_HOME)/include
@@ -98,10 +101,11 @@ FUZZ_SECONDS ?= 60
 fuzz: build/fuzz_gguf
 	mkdir -p build/fuzz-corpus
 	build/fuzz_gguf -max_total_time=$(FUZZ_SECONDS) -max_len=65536 build/fuzz-corpus tests/fuzz-seeds
-build/fuzz_gguf: tests/fuzz_gguf.c $(wildcard lib/gguf*.c lib/err.c) lib/x4.h
+FUZZ_SRC := $(wildcard lib/gguf*.c) lib/err.c lib/quant.c
+build/fuzz_gguf: tests/fuzz_gguf.c $(FUZZ_SRC) $(wildcard lib/gguf*.h) lib/x4.h lib/x4_int.h
 	@mkdir -p $(@D)
 	clang -g -O1 -std=c11 -D_GNU_SOURCE -Ilib -fsanitize=fuzzer,address,undefined \
-	  tests/fuzz_gguf.c lib/gguf.c lib/err.c lib/quant.c -o $@ -lm
+	  tests/fuzz_gguf.c $(FUZZ_SRC) -o $@ -lm
 
 # What the build decided about CUDA, for tests/run.sh.
 print-nvcc:

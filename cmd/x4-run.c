@@ -653,7 +653,16 @@ int main(int argc, char **argv)
 
 	x4_err e = {0};
 	x4_paths paths;
+	/* Every resource, so that each failure below leaves through one exit. */
 	x4_model *m = NULL;
+	x4_trunk *t = NULL;
+	x4_sampler *smp = NULL;
+	x4_npy *npy = NULL;
+	int32_t *ids = NULL, *gen = NULL;
+	float *logits = NULL;
+	struct stats st = {.stop = "count"};
+	struct buf text = {0};
+	int status = 1;
 	if (x4_paths_resolve(o.model, o.tokdir, &paths, &e) || x4_model_open(&m, &paths, &e)) {
 		fprintf(stderr, PROG ": %s%s\n", e.msg, o.model == defmodel
 			? " (the default model is the tiny preset: run `make tiny`, or give -m)" : "");
@@ -664,32 +673,31 @@ int main(int argc, char **argv)
 	int n_vocab = cfg->n_vocab;
 
 	size_t n_prompt;
-	int32_t *ids = prompt_ids(&o, tok, &n_prompt);
+	ids = prompt_ids(&o, tok, &n_prompt);
 	for (size_t i = 0; i < n_prompt; i++)
 		if (ids[i] >= n_vocab) {
 			fprintf(stderr, PROG ": token id %d is outside the vocabulary [0, %d)\n",
 				ids[i], n_vocab);
-			return 1;
+			goto out;
 		}
 	if (o.tokenize) {
 		for (size_t i = 0; i < n_prompt; i++)
 			printf("%s%d", i ? "," : "", ids[i]);
 		printf("\n");
-		return 0;
+		status = 0;
+		goto out;
 	}
 	if (!n_prompt) {
 		fprintf(stderr, PROG ": the prompt is empty: give some text, or --bos to start "
 			"from bos alone\n");
-		return 1;
+		goto out;
 	}
 	if (o.trunk.max_ctx && n_prompt > (size_t)o.trunk.max_ctx) {
 		fprintf(stderr, PROG ": the prompt is %zu tokens, more than --max-model-len %d: "
 			"raise --max-model-len or shorten the prompt\n", n_prompt, o.trunk.max_ctx);
-		return 1;
+		goto out;
 	}
 
-	x4_trunk *t = NULL;
-	x4_sampler *smp = NULL;
 	struct load_bar bar = { x4_now(), -1 };
 	if (isatty(2) && !o.json) {
 		o.trunk.progress = load_progress;
@@ -697,12 +705,11 @@ int main(int argc, char **argv)
 	}
 	if (x4_trunk_create(&t, m, &o.trunk, &e) || x4_sampler_create(&smp, &o.samp, &e)) {
 		fprintf(stderr, PROG ": %s\n", e.msg);
-		return 1;
+		goto out;
 	}
-	x4_npy *npy = NULL;
 	if (o.dump && x4_npy_open(&npy, o.dump, n_vocab, &e)) {
 		fprintf(stderr, PROG ": %s\n", e.msg);
-		return 1;
+		goto out;
 	}
 	struct sigaction sa;
 	memset(&sa, 0, sizeof sa);
@@ -713,15 +720,14 @@ int main(int argc, char **argv)
 
 	size_t chunk = npy ? DUMP_CHUNK : n_prompt;
 	/* logits: [chunk][n_vocab] while prefilling with --dump-logits, else [1][n_vocab] */
-	float *logits = malloc(min_size(chunk, n_prompt) * n_vocab * sizeof *logits);
+	logits = malloc(min_size(chunk, n_prompt) * n_vocab * sizeof *logits);
 	size_t gen_cap = min_size((size_t)o.n_max, 4096) + 1;
-	int32_t *gen = malloc(gen_cap * sizeof *gen); /* [gen_cap] generated ids */
+	gen = malloc(gen_cap * sizeof *gen); /* [gen_cap] generated ids */
 	if (!logits || !gen) {
 		fprintf(stderr, PROG ": out of memory for the logits of %zu positions\n", chunk);
-		return 1;
+		goto out;
 	}
-	struct stats st = {.n_prompt = n_prompt, .stop = "count"};
-	struct buf text = {0};
+	st.n_prompt = n_prompt;
 	int rc = 0;
 
 	/* Prefill.  Without --dump-logits the next token is picked where the
@@ -743,8 +749,7 @@ int main(int argc, char **argv)
 					e.msg);
 			else
 				fprintf(stderr, PROG ": %s\n", e.msg);
-			x4_npy_abort(npy);
-			return 1;
+			goto out;
 		}
 	}
 	/* The last prompt row is the one the first token is sampled from. */
@@ -815,17 +820,20 @@ int main(int argc, char **argv)
 		fputc('\n', stdout);
 		fflush(stdout);
 	}
+	if (rc)
+		goto out;
+	rc = npy ? x4_npy_close(npy, &e) : 0;
+	npy = NULL;
 	if (rc) {
-		x4_npy_abort(npy);
-		return 1;
-	}
-	if (npy && x4_npy_close(npy, &e)) {
 		fprintf(stderr, PROG ": %s\n", e.msg);
-		return 1;
+		goto out;
 	}
 	x4_trunk_stats ts;
 	x4_trunk_get_stats(t, &ts);
 	print_stats(&o, m, &paths, &st, &text, gen, &ts);
+	status = strcmp(st.stop, "interrupt") == 0 ? EXIT_INTERRUPTED : 0;
+out:
+	x4_npy_abort(npy); /* a dump not closed above is not left half-written */
 	x4_sampler_free(smp);
 	x4_trunk_free(t);
 	x4_model_close(m);
@@ -834,5 +842,5 @@ int main(int argc, char **argv)
 	free(ids);
 	free(text.p);
 	free(st.steps);
-	return strcmp(st.stop, "interrupt") == 0 ? EXIT_INTERRUPTED : 0;
+	return status;
 }

@@ -417,7 +417,8 @@ static int replay(const x4_model *m, const struct arm *a, int block, bool json, 
 	for (int j = 0; j < r.n_used; j++)
 		printf("# %d\t%.4f\t%.4g\t%.4g\n", r.experts[j], r.weight[j], r.out_max[j],
 		       r.out_rms[j]);
-	printf("# shared\t1\t%.4g\t%.4g\n", r.shared_max, r.shared_rms);
+	if (x4_model_config(m)->n_expert_shared > 0)
+		printf("# shared\t1\t%.4g\t%.4g\n", r.shared_max, r.shared_rms);
 	printf("# y_replay\t-\t%.4g\t%.4g\n", cmp->y_max, cmp->y_rms);
 	printf("# y_trunk\t-\t%.4g\t%.4g\n", t_max, t_rms);
 	printf("# trunk experts: ");

@@ -331,6 +331,13 @@ extern "C" size_t x4k_hc_workspace_bytes(const x4k_hc_cfg *c, int n_tok)
 	size_t nc = X4K_HC_NCOEF(c->n_hc);
 	size_t fused = (size_t)n_tok * hc_nsplit(c->D, n_tok) * (nc + 1);
 	size_t eager = (size_t)n_tok * (nc + 1);
+	/* A workspace for n_tok serves every smaller call, and a split call of
+	 * up to HC_SPLIT_MAX_TOK tokens can need more than n_tok unsplit ones
+	 * (D 3584: 8 tokens need 1400 floats, 16 tokens 400). */
+	int ns = n_tok < HC_SPLIT_MAX_TOK ? n_tok : HC_SPLIT_MAX_TOK;
+	size_t split = (size_t)ns * hc_nsplit(c->D, ns) * (nc + 1);
+	if (split > fused)
+		fused = split;
 	return round_up((size_t)n_tok * sizeof(unsigned), 256) +
 	       (fused > eager ? fused : eager) * sizeof(float);
 }

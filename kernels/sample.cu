@@ -250,9 +250,12 @@ __global__ void __launch_bounds__(SP_THREADS) sample_kernel(sp_args a)
 	uint64_t incl = block_scan_u64(mine, sh);
 	if (tid == SP_THREADS - 1)
 		sh[31] = incl;
+	/* Every thread reads the counter before the barrier that thread 0's
+	 * increment below follows: read after it, a late warp could draw with
+	 * the next step's u (two writers of *out, or none). */
+	const uint64_t ctr = *a.counter;
 	__syncthreads();
 	const uint64_t kept = sh[31];
-	const uint64_t ctr = *a.counter;
 	uint64_t h = mix64(mix64(a.seed) + ctr * 0x9e3779b97f4a7c15ull + 0x632be59bd9b4e019ull);
 	double u = (double)(h >> 11) * 0x1.0p-53;
 	uint64_t r = (uint64_t)(u * (double)kept);

@@ -6,6 +6,10 @@ int x4_cuda_check(cudaError_t rc, const char *what, x4_err *e)
 {
 	if (rc == cudaSuccess)
 		return 0;
+	/* A failed call's error stays as the runtime's last error until read;
+	 * left there, the next x4_cuda_launched would blame an innocent kernel
+	 * for it.  (A sticky error, a faulted context, comes back anyway.) */
+	(void)cudaGetLastError();
 	return x4_err_set(e, X4_ECUDA, "%s: %s", what, cudaGetErrorString(rc));
 }
 

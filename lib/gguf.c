@@ -9,9 +9,10 @@
  *
  * The reader accepts any aligned, non-overlapping data layout (what the
  * spec allows); the writer (gguf_write.c) produces the strict packed layout
- * current llama.cpp demands.
+ * current llama.cpp demands.  The values of keys are read through
+ * gguf_get.c.
  */
-#include "x4_int.h"
+#include "gguf_int.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -28,38 +29,6 @@
  * 1-byte name, n_dims, one dim, the type and the offset. */
 #define KV_MIN_BYTES (8 + 1 + 4 + 1)
 #define TINFO_MIN_BYTES (8 + 1 + 4 + 8 + 4 + 8)
-
-struct kv {
-	char *key;           /* NUL-terminated copy */
-	uint64_t key_at;     /* file offset of the key */
-	uint64_t val_at;     /* file offset of the value */
-	int type;            /* X4_GV_* */
-	int elem;            /* arrays: element type */
-	const uint8_t *val;  /* scalar bytes, string bytes, or array elements */
-	uint64_t len;        /* string length, or array element count */
-	uint64_t *soff;      /* string arrays: [len] file offset of each element */
-};
-
-struct tensor {
-	x4_gguf_tensor t;
-	uint64_t at;     /* file offset of the info record */
-	uint64_t off_at; /* file offset of its offset field */
-};
-
-struct x4_gguf {
-	const uint8_t *base;
-	uint64_t size;
-	void *map; /* non-NULL when x4_gguf_open mapped the file */
-	uint32_t version, align;
-	uint64_t data_off;
-	int64_t n_kv, n_t;
-	struct kv *kv;       /* [n_kv] */
-	struct tensor *t;    /* [n_t] */
-	int64_t *kv_tab;     /* open-addressing hash of keys: index + 1, 0 empty */
-	uint64_t kv_mask;
-	int64_t *t_tab;      /* the same for tensor names */
-	uint64_t t_mask;
-};
 
 struct cur {
 	const uint8_t *b;
@@ -127,20 +96,12 @@ static int rd_u32(struct cur *c, uint32_t *v, const char *what)
 	return 0;
 }
 
-static uint64_t le64(const uint8_t *p)
-{
-	uint64_t v = 0;
-	for (int i = 7; i >= 0; i--)
-		v = v << 8 | p[i];
-	return v;
-}
-
 static int rd_u64(struct cur *c, uint64_t *v, const char *what)
 {
 	int rc = need(c, 8, what);
 	if (rc)
 		return rc;
-	*v = le64(c->b + c->pos);
+	*v = x4_le64(c->b + c->pos);
 	c->pos += 8;
 	return 0;
 }
@@ -640,16 +601,6 @@ const void *x4_gguf_base(const x4_gguf *g) { return g->base; }
 int64_t x4_gguf_kv_count(const x4_gguf *g) { return g->n_kv; }
 int64_t x4_gguf_tensor_count(const x4_gguf *g) { return g->n_t; }
 
-const char *x4_gguf_kv_key(const x4_gguf *g, int64_t i)
-{
-	return i >= 0 && i < g->n_kv ? g->kv[i].key : NULL;
-}
-
-int x4_gguf_kv_type(const x4_gguf *g, int64_t i)
-{
-	return i >= 0 && i < g->n_kv ? g->kv[i].type : -1;
-}
-
 int64_t x4_gguf_find_kv(const x4_gguf *g, const char *key)
 {
 	return tab_find(g, g->kv_tab, g->kv_mask, kv_name, key);
@@ -664,204 +615,4 @@ const x4_gguf_tensor *x4_gguf_find_tensor(const x4_gguf *g, const char *name)
 {
 	int64_t i = tab_find(g, g->t_tab, g->t_mask, t_name, name);
 	return i >= 0 ? &g->t[i].t : NULL;
-}
-
-/* An integer scalar as sign and magnitude, so that every width converts
- * without a wider type. */
-static int kv_int(const struct kv *k, bool *neg, uint64_t *mag)
-{
-	uint64_t u = 0;
-	int64_t s = 0;
-	bool sign = false;
-	switch (k->type) {
-	case X4_GV_U8: u = k->val[0]; break;
-	case X4_GV_I8: { int8_t v; memcpy(&v, k->val, 1); s = v; sign = true; break; }
-	case X4_GV_U16: { uint16_t v; memcpy(&v, k->val, 2); u = v; break; }
-	case X4_GV_I16: { int16_t v; memcpy(&v, k->val, 2); s = v; sign = true; break; }
-	case X4_GV_U32: { uint32_t v; memcpy(&v, k->val, 4); u = v; break; }
-	case X4_GV_I32: { int32_t v; memcpy(&v, k->val, 4); s = v; sign = true; break; }
-	case X4_GV_U64: memcpy(&u, k->val, 8); break;
-	case X4_GV_I64: memcpy(&s, k->val, 8); sign = true; break;
-	default: return X4_EFORMAT;
-	}
-	*neg = sign && s < 0;
-	*mag = !sign ? u : s < 0 ? (uint64_t)(-(s + 1)) + 1 : (uint64_t)s;
-	return 0;
-}
-
-int x4_gguf_kv_u64(const x4_gguf *g, int64_t i, uint64_t *v)
-{
-	bool neg;
-	uint64_t m;
-	if (i < 0 || i >= g->n_kv)
-		return X4_EINVAL;
-	if (kv_int(&g->kv[i], &neg, &m) || neg)
-		return X4_EFORMAT;
-	*v = m;
-	return 0;
-}
-
-int x4_gguf_kv_i64(const x4_gguf *g, int64_t i, int64_t *v)
-{
-	bool neg;
-	uint64_t m;
-	if (i < 0 || i >= g->n_kv)
-		return X4_EINVAL;
-	if (kv_int(&g->kv[i], &neg, &m))
-		return X4_EFORMAT;
-	if (neg ? m > (uint64_t)INT64_MAX + 1 : m > (uint64_t)INT64_MAX)
-		return X4_EFORMAT;
-	*v = neg ? -(int64_t)(m - 1) - 1 : (int64_t)m;
-	return 0;
-}
-
-int x4_gguf_kv_f64(const x4_gguf *g, int64_t i, double *v)
-{
-	if (i < 0 || i >= g->n_kv)
-		return X4_EINVAL;
-	const struct kv *k = &g->kv[i];
-	if (k->type == X4_GV_F32) {
-		float f;
-		memcpy(&f, k->val, 4);
-		*v = f;
-	} else if (k->type == X4_GV_F64) {
-		memcpy(v, k->val, 8);
-	} else {
-		return X4_EFORMAT;
-	}
-	return 0;
-}
-
-int x4_gguf_kv_str(const x4_gguf *g, int64_t i, const char **s, uint64_t *len)
-{
-	if (i < 0 || i >= g->n_kv)
-		return X4_EINVAL;
-	if (g->kv[i].type != X4_GV_STR)
-		return X4_EFORMAT;
-	*s = (const char *)g->kv[i].val;
-	*len = g->kv[i].len;
-	return 0;
-}
-
-int x4_gguf_kv_arr(const x4_gguf *g, int64_t i, int *elem_type, uint64_t *n,
-		   const void **data)
-{
-	if (i < 0 || i >= g->n_kv)
-		return X4_EINVAL;
-	const struct kv *k = &g->kv[i];
-	if (k->type != X4_GV_ARR)
-		return X4_EFORMAT;
-	*elem_type = k->elem;
-	*n = k->len;
-	/* String elements are not packed: they are reached by kv_arr_str. */
-	*data = k->elem == X4_GV_STR ? NULL : k->val;
-	return 0;
-}
-
-int x4_gguf_kv_arr_str(const x4_gguf *g, int64_t i, uint64_t j, const char **s,
-		       uint64_t *len)
-{
-	if (i < 0 || i >= g->n_kv)
-		return X4_EINVAL;
-	const struct kv *k = &g->kv[i];
-	if (k->type != X4_GV_ARR || k->elem != X4_GV_STR)
-		return X4_EFORMAT;
-	if (j >= k->len)
-		return X4_EINVAL;
-	*len = le64(g->base + k->soff[j]);
-	*s = (const char *)g->base + k->soff[j] + 8;
-	return 0;
-}
-
-/* "a string", "an array of f32" */
-static const char *kv_type_str(char *buf, size_t cap, const struct kv *k)
-{
-	if (k->type == X4_GV_ARR)
-		snprintf(buf, cap, "an array of %s", vtype_names[k->elem]);
-	else
-		snprintf(buf, cap, "a %s", vtype_names[k->type]);
-	return buf;
-}
-
-static int get_kv(const x4_gguf *g, const char *key, const struct kv **k, x4_err *e)
-{
-	int64_t i = x4_gguf_find_kv(g, key);
-	if (i < 0)
-		return x4_err_set(e, X4_ENOTFOUND, "key '%s' not found", key);
-	*k = &g->kv[i];
-	return 0;
-}
-
-static int mismatch(const struct kv *k, const char *want, x4_err *e)
-{
-	char have[32];
-	return x4_err_set(e, X4_EFORMAT, "byte %" PRIu64 ": key '%s' is %s, expected %s",
-			  k->val_at, k->key, kv_type_str(have, sizeof have, k), want);
-}
-
-int x4_gguf_get_u64(const x4_gguf *g, const char *key, uint64_t *v, x4_err *e)
-{
-	const struct kv *k;
-	bool neg;
-	uint64_t m;
-	int rc = get_kv(g, key, &k, e);
-	if (rc)
-		return rc;
-	if (kv_int(k, &neg, &m))
-		return mismatch(k, "an unsigned integer", e);
-	if (neg)
-		return x4_err_set(e, X4_EFORMAT, "byte %" PRIu64 ": key '%s' holds -%" PRIu64
-				  " (a %s), expected a value >= 0", k->val_at, key, m, vtype_names[k->type]);
-	*v = m;
-	return 0;
-}
-
-int x4_gguf_get_i64(const x4_gguf *g, const char *key, int64_t *v, x4_err *e)
-{
-	const struct kv *k;
-	int rc = get_kv(g, key, &k, e);
-	if (rc)
-		return rc;
-	rc = x4_gguf_kv_i64(g, k - g->kv, v);
-	if (rc && k->type == X4_GV_U64)
-		return x4_err_set(e, X4_EFORMAT, "byte %" PRIu64 ": key '%s' holds %" PRIu64
-				  " (a u64), which does not fit an i64", k->val_at, key, le64(k->val));
-	if (rc)
-		return mismatch(k, "an integer", e);
-	return 0;
-}
-
-int x4_gguf_get_f64(const x4_gguf *g, const char *key, double *v, x4_err *e)
-{
-	const struct kv *k;
-	int rc = get_kv(g, key, &k, e);
-	if (rc)
-		return rc;
-	if (x4_gguf_kv_f64(g, k - g->kv, v))
-		return mismatch(k, "a f32 or f64", e);
-	return 0;
-}
-
-int x4_gguf_get_bool(const x4_gguf *g, const char *key, bool *v, x4_err *e)
-{
-	const struct kv *k;
-	int rc = get_kv(g, key, &k, e);
-	if (rc)
-		return rc;
-	if (k->type != X4_GV_BOOL)
-		return mismatch(k, "a bool", e);
-	*v = k->val[0] != 0;
-	return 0;
-}
-
-int x4_gguf_get_str(const x4_gguf *g, const char *key, const char **s,
-		    uint64_t *len, x4_err *e)
-{
-	const struct kv *k;
-	int rc = get_kv(g, key, &k, e);
-	if (rc)
-		return rc;
-	if (x4_gguf_kv_str(g, k - g->kv, s, len))
-		return mismatch(k, "a string", e);
-	return 0;
 }

@@ -61,9 +61,13 @@ static int config_check(const x4_config *c, x4_err *e)
 	if (c->n_expert_used > c->n_expert)
 		return x4_err_set(e, X4_EFORMAT, ARCH ".expert_used_count (%d) exceeds "
 				  ARCH ".expert_count (%d)", c->n_expert_used, c->n_expert);
-	if (c->n_dense < c->n_block && (c->n_expert < 1 || c->n_expert_used < 1))
-		return x4_err_set(e, X4_EFORMAT, "MoE blocks need " ARCH ".expert_count and "
-				  ARCH ".expert_used_count >= 1");
+	/* NextN blocks are MoE blocks too (spec 4.5). */
+	if ((c->n_dense < c->n_block || c->n_nextn > 0) &&
+	    (c->n_expert < 1 || c->n_expert_used < 1))
+		return x4_err_set(e, X4_EFORMAT, "MoE blocks (every block from "
+				  ARCH ".leading_dense_block_count on, NextN included) need "
+				  ARCH ".expert_count and " ARCH ".expert_used_count >= 1 (they are "
+				  "%d and %d)", c->n_expert, c->n_expert_used);
 	if (c->bos_id >= c->n_vocab || c->eos_id >= c->n_vocab || c->unk_id >= c->n_vocab)
 		return x4_err_set(e, X4_EFORMAT, "tokenizer.ggml.bos/eos/unknown_token_id (%d/%d/%d) "
 				  "outside the %d-token vocabulary", c->bos_id, c->eos_id, c->unk_id,
@@ -386,7 +390,15 @@ int x4_layout(const x4_config *c, x4_tensor_spec **out, int *n, x4_err *e)
 	for (int i = 0; i < l.n; i++) {
 		x4_tensor_spec *t = &l.t[i];
 		uint64_t elems = t->ne[0] * t->ne[1] * t->ne[2];
-		if (t->ne[0] % (uint64_t)x4_type_block_elems(t->type) || elems == 0) {
+		if (elems == 0) {
+			int rc = x4_err_set(e, X4_EINVAL, "%s: a zero dimension [%llu, %llu, %llu]: "
+					    "the config leaves a count or width at 0", t->name,
+					    (unsigned long long)t->ne[0], (unsigned long long)t->ne[1],
+					    (unsigned long long)t->ne[2]);
+			free(l.t);
+			return rc;
+		}
+		if (t->ne[0] % (uint64_t)x4_type_block_elems(t->type)) {
 			int rc = x4_err_set(e, X4_EINVAL, "%s: ne0 %llu is not a multiple of the %s "
 					    "block (%d)", t->name, (unsigned long long)t->ne[0],
 					    x4_type_name(t->type), x4_type_block_elems(t->type));

@@ -115,15 +115,16 @@ int x4_moe_replay_block(const x4_model *mdl, int block, const float *x_hat,
 		rc = bind(g, block, "ffn_up_exps.weight", 3, D, F, E, &up, e);
 	if (!rc)
 		rc = bind(g, block, "ffn_down_exps.weight", 3, F, D, E, &down, e);
-	if (!rc)
-		rc = bind(g, block, "ffn_gate_shexp.weight", 2, D, 0, 0, &sgate, e);
-	if (!rc)
-		rc = bind(g, block, "ffn_up_shexp.weight", 2, D, sgate.t->ne[1], 0, &sup, e);
-	if (!rc)
-		rc = bind(g, block, "ffn_down_shexp.weight", 2, sgate.t->ne[1], D, 0, &sdown, e);
+	/* A checkpoint with expert_shared_count 0 has no *_shexp tensors. */
+	uint64_t FS = F * (uint64_t)c->n_expert_shared;
+	if (!rc && FS)
+		rc = bind(g, block, "ffn_gate_shexp.weight", 2, D, FS, 0, &sgate, e);
+	if (!rc && FS)
+		rc = bind(g, block, "ffn_up_shexp.weight", 2, D, FS, 0, &sup, e);
+	if (!rc && FS)
+		rc = bind(g, block, "ffn_down_shexp.weight", 2, FS, D, 0, &sdown, e);
 	if (rc)
 		return rc;
-	uint64_t FS = sgate.t->ne[1];
 	uint64_t wide = X4_MAX(X4_MAX(D, F), X4_MAX(FS, E));
 
 	double *x = x4_alloc(D * sizeof *x, "the replay input", e);
@@ -204,12 +205,14 @@ int x4_moe_replay_block(const x4_model *mdl, int block, const float *x_hat,
 		for (uint64_t i = 0; i < D; i++)
 			acc[i] += r->weight[j] * out[i];
 	}
-	rc = swiglu(&sgate, &sup, &sdown, 0, FS, 0, D, x, h, hu, out, row, e);
-	if (rc)
-		goto out;
-	magnitude(out, (int)D, &r->shared_max, &r->shared_rms);
-	for (uint64_t i = 0; i < D; i++)
-		acc[i] += out[i];
+	if (FS) {
+		rc = swiglu(&sgate, &sup, &sdown, 0, FS, 0, D, x, h, hu, out, row, e);
+		if (rc)
+			goto out;
+		magnitude(out, (int)D, &r->shared_max, &r->shared_rms);
+		for (uint64_t i = 0; i < D; i++)
+			acc[i] += out[i];
+	}
 	magnitude(acc, (int)D, &r->y_max, &r->y_rms);
 	if (y)
 		memcpy(y, acc, D * sizeof *y);

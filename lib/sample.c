@@ -19,28 +19,6 @@ struct cand {
 	int32_t id;
 };
 
-static uint64_t splitmix64(uint64_t *x)
-{
-	uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
-static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-
-static uint64_t xoshiro_next(uint64_t *s)
-{
-	uint64_t r = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
-	s[2] ^= s[0];
-	s[3] ^= s[1];
-	s[1] ^= s[2];
-	s[0] ^= s[3];
-	s[2] ^= t;
-	s[3] = rotl(s[3], 45);
-	return r;
-}
-
 int x4_sampler_create(x4_sampler **out, const x4_sampler_opts *o, x4_err *e)
 {
 	*out = NULL;
@@ -58,7 +36,7 @@ int x4_sampler_create(x4_sampler **out, const x4_sampler_opts *o, x4_err *e)
 	s->o = *o;
 	uint64_t x = o->seed;
 	for (int i = 0; i < 4; i++)
-		s->s[i] = splitmix64(&x);
+		s->s[i] = x4_splitmix64(&x);
 	*out = s;
 	return 0;
 }
@@ -115,21 +93,26 @@ int32_t x4_sample(x4_sampler *s, const float *logits, int n_vocab)
 	int n = 0;
 	for (int i = 0; i < n_vocab; i++)
 		if (!isnan(logits[i]))
-			c[n++] = (struct cand){ logits[i] / s->o.temperature, i };
+			c[n++] = (struct cand){ logits[i], i };
 	if (n == 0)
 		return 0;
 	qsort(c, (size_t)n, sizeof *c, cand_cmp);
+	/* An infinite best (+Inf, or every logit -Inf) has no softmax: it is
+	 * the certain pick, the lowest id among equals. */
+	if (!isfinite(c[0].v))
+		return c[0].id;
 	if (s->o.top_k > 0 && s->o.top_k < n)
 		n = s->o.top_k;
-	/* Softmax over what is kept, in double so the cumulative sum is exact
+	/* Softmax over what is kept, in double (the temperature divides the
+	 * difference there, so a tiny one cannot overflow a float), and exact
 	 * enough for top-p's cut not to wobble with the vocabulary's size. */
-	double mx = c[0].v, sum = 0;
+	double mx = c[0].v, sum = 0, tt = s->o.temperature;
 	for (int i = 0; i < n; i++)
-		sum += exp((double)c[i].v - mx);
+		sum += exp(((double)c[i].v - mx) / tt);
 	double cum = 0;
 	int keep = n;
 	for (int i = 0; i < n; i++) {
-		double p = exp((double)c[i].v - mx) / sum;
+		double p = exp(((double)c[i].v - mx) / tt) / sum;
 		c[i].v = (float)p;
 		cum += p;
 		if (cum >= s->o.top_p) {
@@ -140,7 +123,7 @@ int32_t x4_sample(x4_sampler *s, const float *logits, int n_vocab)
 	double tot = 0;
 	for (int i = 0; i < keep; i++)
 		tot += c[i].v;
-	double r = (double)(xoshiro_next(s->s) >> 11) * 0x1.0p-53 * tot;
+	double r = (double)(x4_xoshiro_next(s->s) >> 11) * 0x1.0p-53 * tot;
 	double acc = 0;
 	for (int i = 0; i < keep; i++) {
 		acc += c[i].v;

@@ -73,39 +73,18 @@ typedef struct rng {
 	uint64_t s[4];
 } rng;
 
-static uint64_t splitmix(uint64_t *x)
-{
-	uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
 static void rng_seed(rng *r, uint64_t seed, uint64_t tensor, uint64_t chunk)
 {
 	uint64_t x = seed;
-	x = splitmix(&x) ^ (tensor * 0xd1342543de82ef95ull);
-	x = splitmix(&x) ^ (chunk * 0xaf251af3b0f025b5ull);
+	x = x4_splitmix64(&x) ^ (tensor * 0xd1342543de82ef95ull);
+	x = x4_splitmix64(&x) ^ (chunk * 0xaf251af3b0f025b5ull);
 	for (int i = 0; i < 4; i++)
-		r->s[i] = splitmix(&x);
-}
-
-static inline uint64_t rotl(uint64_t x, int k)
-{
-	return (x << k) | (x >> (64 - k));
+		r->s[i] = x4_splitmix64(&x);
 }
 
 static inline uint64_t next(rng *r)
 {
-	uint64_t *s = r->s;
-	uint64_t out = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
-	s[2] ^= s[0];
-	s[3] ^= s[1];
-	s[1] ^= s[2];
-	s[0] ^= s[3];
-	s[2] ^= t;
-	s[3] = rotl(s[3], 45);
-	return out;
+	return x4_xoshiro_next(r->s);
 }
 
 static inline float uniform(rng *r) /* [0, 1) */

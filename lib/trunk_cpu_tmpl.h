@@ -260,7 +260,15 @@ static void FN(topk)(const REAL *score, const float *bias, int n, int k, int *se
 				bv = v;
 			}
 		}
-		sel[j] = best < 0 ? j : best; /* all NaN: any distinct ids */
+		/* Only NaN left: the lowest id not yet taken, so the k stay
+		 * distinct (a repeated expert would be summed twice). */
+		for (int e = 0; best < 0 && e < n; e++) {
+			bool taken = false;
+			for (int q = 0; q < j; q++)
+				taken = taken || sel[q] == e;
+			best = taken ? -1 : e;
+		}
+		sel[j] = best;
 	}
 }
 

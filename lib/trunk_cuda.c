@@ -397,6 +397,15 @@ int x4_trunk_cuda_create(x4_trunk_cuda **out, const x4_model *m, const x4_trunk_
 	if (c->n_hc < 1 || c->n_hc > 4)
 		return x4_err_set(e, X4_EINVAL, "%d residual streams: the GPU kernels take 1 to 4",
 				  c->n_hc);
+	/* The kernels' own limits, checked before anything is loaded rather than
+	 * at the first forward (the released model is well inside each). */
+	if (c->kv_lora > 512 || c->kv_lora + c->d_rope > 1024 || c->n_expert_used > 8 ||
+	    c->n_expert > 256 || c->d_nope > 512 || (c->d_rope & 1))
+		return x4_err_set(e, X4_EINVAL, "this model's shape is outside what the GPU kernels "
+				  "take (kv_lora_rank %d <= 512, cache row %d <= 1024, experts %d <= "
+				  "256 with %d <= 8 used, qk_nope %d <= 512, an even rope dimension %d); "
+				  "use --device cpu", c->kv_lora, c->kv_lora + c->d_rope, c->n_expert,
+				  c->n_expert_used, c->d_nope, c->d_rope);
 	x4_trunk_cuda *t = x4_calloc(1, sizeof *t, "the CUDA trunk", e);
 	if (!t)
 		return X4_ENOMEM;
@@ -450,7 +459,14 @@ void x4_trunk_cuda_free(x4_trunk_cuda *t)
 
 /* The length is what says how much of the cache is context; the next
  * prefill overwrites the rows (record section 7's shared-cache bug). */
-void x4_trunk_cuda_reset(x4_trunk_cuda *t) { t->pos = 0; }
+void x4_trunk_cuda_reset(x4_trunk_cuda *t)
+{
+	t->pos = 0;
+	/* A new request samples as a fresh trunk would: the device sampler's
+	 * step counter starts again (a failure here surfaces at the next step). */
+	if (t->samp)
+		cudaMemsetAsync((char *)t->samp + t->samp_ws_bytes + 16, 0, sizeof(uint64_t), t->s);
+}
 
 int x4_trunk_cuda_pos(const x4_trunk_cuda *t) { return t->pos; }
 

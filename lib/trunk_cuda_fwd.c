@@ -351,20 +351,38 @@ int x4_trunk_cuda_forward(x4_trunk_cuda *t, const int32_t *ids, int n, float *lo
 	return run(t, ids, n, logits, all_logits, NULL, NULL, e);
 }
 
+/* The device pick's buffers, all or none: a half-made set would fail every
+ * later step (the next id copied to a NULL host buffer). */
+static int samp_alloc(x4_trunk_cuda *t, x4_err *e)
+{
+	/* [workspace | the picked id (16 B) | the sampler's step counter] */
+	t->samp_ws_bytes = (x4k_sample_workspace_bytes(t->c->n_vocab) + 15) & ~(size_t)15;
+	size_t bytes = t->samp_ws_bytes + 16 + sizeof(uint64_t);
+	int rc = x4_cuda_check(cudaSetDevice(t->dev), "select the CUDA device", e);
+	if (!rc)
+		rc = x4_dev_alloc(&t->samp, bytes, "the device sampler", e);
+	if (!rc)
+		rc = x4_cuda_check(cudaMemset(t->samp, 0, bytes), "clear the device sampler", e);
+	if (!rc)
+		rc = x4_cuda_check(cudaMallocHost((void **)&t->next_host, sizeof(int32_t)),
+				   "allocate pinned memory for the next token id", e);
+	if (rc) {
+		x4_dev_free(t->samp);
+		t->samp = NULL;
+		if (t->next_host)
+			cudaFreeHost(t->next_host);
+		t->next_host = NULL;
+	}
+	return rc;
+}
+
 int x4_trunk_cuda_forward_next(x4_trunk_cuda *t, const int32_t *ids, int n,
 			       const x4_sampler_opts *so, int32_t *next, x4_err *e)
 {
 	if (!t->samp) {
-		/* [workspace | the picked id (16 B) | the sampler's step counter] */
-		t->samp_ws_bytes = (x4k_sample_workspace_bytes(t->c->n_vocab) + 15) & ~(size_t)15;
-		size_t bytes = t->samp_ws_bytes + 16 + sizeof(uint64_t);
-		X4_CUDA_TRY(cudaSetDevice(t->dev), "select the CUDA device", e);
-		int rc = x4_dev_alloc(&t->samp, bytes, "the device sampler", e);
+		int rc = samp_alloc(t, e);
 		if (rc)
 			return rc;
-		X4_CUDA_TRY(cudaMemset(t->samp, 0, bytes), "clear the device sampler", e);
-		X4_CUDA_TRY(cudaMallocHost((void **)&t->next_host, sizeof(int32_t)),
-			    "allocate pinned memory for the next token id", e);
 	}
 	int32_t *pick = (int32_t *)((char *)t->samp + t->samp_ws_bytes);
 	int rc = run(t, ids, n, NULL, false, so, pick, e);

@@ -12,9 +12,9 @@
  * Sections (each owned by one part of lib/; keep edits inside your section):
  *   1. errors and version      (lib/err.c)
  *   2. block formats           (lib/quant.c)
- *   3. GGUF reader and writer  (lib/gguf.c, lib/gguf_write.c)
+ *   3. GGUF reader and writer  (lib/gguf.c, lib/gguf_get.c, lib/gguf_write.c)
  *   4. model config, binding   (lib/model.c)
- *   5. tokenizer and chat      (lib/tok.c, lib/spm.c, lib/chat.c)
+ *   5. tokenizer and chat      (lib/tok*.c, lib/spm.c, lib/chat.c)
  *   6. trunk (CPU and CUDA)    (lib/trunk_cpu.c, lib/trunk_cuda.c)
  *   7. sampling                (lib/sample.c)
  *   8. utilities               (lib/util.c)

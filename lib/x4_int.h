@@ -26,4 +26,33 @@ void x4_hash_init(x4_hash *s, uint64_t seed);
 void x4_hash_update(x4_hash *s, const void *data, size_t n);
 uint64_t x4_hash_final(const x4_hash *s);
 
+/* The generator behind the sampler and x4-synth: splitmix64 spreads a seed
+ * over xoshiro256**'s state, xoshiro256** draws.  Inline because x4-synth
+ * draws one number per few weights of a full-size checkpoint.  Changing
+ * either changes every seeded run's output. */
+static inline uint64_t x4_splitmix64(uint64_t *x)
+{
+	uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+static inline uint64_t x4_rotl64(uint64_t x, int k)
+{
+	return (x << k) | (x >> (64 - k));
+}
+
+static inline uint64_t x4_xoshiro_next(uint64_t s[4])
+{
+	uint64_t r = x4_rotl64(s[1] * 5, 7) * 9, t = s[1] << 17;
+	s[2] ^= s[0];
+	s[3] ^= s[1];
+	s[1] ^= s[2];
+	s[0] ^= s[3];
+	s[2] ^= t;
+	s[3] = x4_rotl64(s[3], 45);
+	return r;
+}
+
 #endif

@@ -202,6 +202,18 @@ static x4_config full; /* the released dimensions (x4_config_preset "full") */
 #include "gpu_kern_core_cases.h"
 #include "gpu_kern_core_attn.h"
 
+/* A failed CUDA call checked by x4_cuda_check is not left as the runtime's
+ * last error, where the next launch check would report it as its own. */
+static void test_error_cleared(void)
+{
+	x4_err e2 = { 0 };
+	int rc1 = x4_cuda_check(cudaSetDevice(-1), "select device -1", &e2);
+	int rc2 = x4_cuda_launched("nothing launched", &err);
+	T_OK(rc1 == X4_ECUDA && rc2 == 0, "cuda_check clears the error",
+	     "a bad cudaSetDevice gave %d; the next launch check gave %d (%s)", rc1, rc2,
+	     rc2 ? err.msg : "");
+}
+
 int main(void)
 {
 	if (x4_cuda_check(cudaStreamCreate(&st), "create a stream", &err) ||
@@ -212,6 +224,7 @@ int main(void)
 		printf("FAIL preset: %s\n", err.msg);
 		return 1;
 	}
+	test_error_cleared();
 	test_embed();
 	test_norms();
 	test_hc();

@@ -399,6 +399,59 @@ static void hc_orientation(void)
 	hc_free(&d);
 }
 
+/* A workspace sized for N tokens serves every call of fewer (the trunk sizes
+ * one for its prefill chunk and decodes in it), though a split call of up to
+ * 8 tokens needs more per token than an unsplit one: the size never shrinks
+ * as N grows, and 8 tokens at the model's D run in a workspace for 16. */
+static void hc_ws_serves_fewer(void)
+{
+	const int D = full.n_embd, n_hc = full.n_hc;
+	x4k_hc_cfg c = { n_hc, D, 20, 1e-6f, 1e-6f, -30.f, 30.f };
+	int shrink = 0;
+	for (int n = 2; n <= 600 && !shrink; n++)
+		if (x4k_hc_workspace_bytes(&c, n) < x4k_hc_workspace_bytes(&c, n - 1))
+			shrink = n;
+	T_OK(!shrink, "hc workspace never shrinks", "D %d: %zu bytes for %d tokens, %zu for %d",
+	     D, shrink ? x4k_hc_workspace_bytes(&c, shrink) : 0, shrink,
+	     shrink ? x4k_hc_workspace_bytes(&c, shrink - 1) : 0, shrink - 1);
+	struct hc_data d;
+	const int n_tok = 8;
+	hc_make(&d, n_hc, D, n_tok, 1.5f, 58);
+	size_t K = d.K, nH = K * n_tok, nx = (size_t)D * n_tok, ncf = (size_t)d.nc * n_tok;
+	float *dH = dput(d.H, nH * 4), *dy = dput(d.y, nx * 4), *dcp = dput(d.cp, ncf * 4);
+	void *dfn = dput(d.fn, (size_t)d.nc * K * 2);
+	float *dbase = dput(d.base, (size_t)d.nc * 4), *dscale = dput(d.scale, 12);
+	float *dHo = dpoison(nH * 4), *dx = dpoison(nx * 4), *dcf = dpoison(ncf * 4);
+	size_t wsb = x4k_hc_workspace_bytes(&d.c, 16);
+	void *ws = dpoison(wsb);
+	cudaMemset(ws, 0, wsb);
+	float *rx = hmalloc(nx * 4), *rcf = hmalloc(ncf * 4), *rHo = hmalloc(nH * 4);
+	float *xmag = hmalloc(nx * 4), *gx = hmalloc(nx * 4);
+	x4r_hc_pre(&d.c, n_tok, d.H, d.fn, d.base, d.scale, d.y, d.cp, rHo, rx, rcf, xmag);
+	int rc = x4k_hc_pre(&d.c, n_tok, dH, dfn, dbase, dscale, dy, dcp, dHo, dx, dcf, false, ws,
+			    wsb, st, &err);
+	T_OK(rc == 0, "hc_pre in a 16-token workspace", "8 tokens, D %d: %s", D, rc ? err.msg : "");
+	dget(gx, dx, nx * 4);
+	check("hc collapse in a 16-token workspace", "n_hc 4 D 3584 tokens 8 +update", gx, rx,
+	      xmag, nx, 1e-5, 1e-30, ELEM);
+	x4_dev_free(dH);
+	x4_dev_free(dy);
+	x4_dev_free(dcp);
+	x4_dev_free(dfn);
+	x4_dev_free(dbase);
+	x4_dev_free(dscale);
+	x4_dev_free(dHo);
+	x4_dev_free(dx);
+	x4_dev_free(dcf);
+	x4_dev_free(ws);
+	free(rx);
+	free(rcf);
+	free(rHo);
+	free(xmag);
+	free(gx);
+	hc_free(&d);
+}
+
 static void test_hc(void)
 {
 	hc_case(4, 96, 3, 1.5f, 51, false);     /* tiny */
@@ -409,6 +462,7 @@ static void test_hc(void)
 	hc_case(full.n_hc, full.n_embd, 8, 1.5f, 56, false);
 	hc_case(full.n_hc, full.n_embd, 64, 1.5f, 57, true); /* a block a token; timed */
 	hc_orientation();
+	hc_ws_serves_fewer();
 }
 
 /* ---------------- RoPE ---------------- */

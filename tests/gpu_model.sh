@@ -260,5 +260,18 @@ if [ -d "$tmp/tiny" ]; then
 fi
 rm -rf "$tmp/tiny" "$tmp/loud"
 synth small --preset small --seed 1 && model_checks small "$tmp/small" "$short"
+# A short context makes the prefill chunk short (16 here), and a 4-token
+# prompt then runs the split gate (up to 8 tokens, D 3584) in the workspace
+# sized for the chunk: it must fit, and give the default context's tokens.
+if [ -d "$tmp/small" ]; then
+	for len in 16 4096; do
+		"$RUN" -m "$tmp/small" --device "$DEV" -p "Once upon a time" -n 8 --ignore-eos --json \
+			--max-model-len $len >"$tmp/ctx$len.json" 2>"$tmp/ctx$len.err"
+		check "small.max_model_len_$len.exit" $? "$(head -c 300 "$tmp/ctx$len.err")"
+	done
+	"$PY" -c 'import json,sys; a=json.load(open(sys.argv[1]))["tokens"]; b=json.load(open(sys.argv[2]))["tokens"]; sys.exit(0 if a==b and len(a)==8 else 1)' \
+		"$tmp/ctx16.json" "$tmp/ctx4096.json"
+	check small.short_context_same_tokens $? "--max-model-len 16 and 4096 gave other greedy tokens"
+fi
 echo "# gpu_model.sh took $((SECONDS - t0)) s"
 exit 0

@@ -163,6 +163,14 @@ static void test_router(void)
 	float g[3] = { 0.9f, 0.1f, 0.5f }, b[3] = { -1.0f, 0.0f, 0.0f };
 	x4_router_topk(g, b, 3, 1, sel);
 	T_OK(sel[0] == 2, "router selects on score + bias", "selected %d, want 2", sel[0]);
+	/* NaN scores (a non-finite residual arm) are never preferred, and
+	 * the experts chosen stay distinct however many are NaN. */
+	float h[5] = { NAN, 0.5f, NAN, 0.25f, NAN };
+	int s4[4];
+	x4_router_topk(h, NULL, 5, 4, s4);
+	T_OK(s4[0] == 1 && s4[1] == 3 && s4[2] == 0 && s4[3] == 2,
+	     "router: NaN scores last, experts distinct", "selected %d %d %d %d, want 1 3 0 2",
+	     s4[0], s4[1], s4[2], s4[3]);
 }
 
 static void test_sampler(void)
@@ -207,6 +215,22 @@ static void test_sampler(void)
 	x4_sampler_free(a);
 	o.top_p = 1.5f;
 	T_OK(x4_sampler_create(&a, &o, &e) == X4_EINVAL, "sampler: top-p > 1 refused", "accepted");
+	/* Non-finite rows: an infinite best is the certain pick, and a tiny
+	 * temperature must not overflow the softmax into NaN (which picked the
+	 * worst-ranked token before). */
+	float inf_row[5] = { 1, INFINITY, 2, 0, -1 }, ninf[3] = { -INFINITY, -INFINITY, -INFINITY };
+	float plain[5] = { 1, 5, 2, 0, -1 };
+	o = (x4_sampler_opts){ .temperature = 0.8f, .top_k = 0, .top_p = 1, .seed = 3 };
+	x4_sampler_create(&a, &o, &e);
+	int32_t i1 = x4_sample(a, inf_row, 5), i2 = x4_sample(a, ninf, 3);
+	x4_sampler_free(a);
+	T_OK(i1 == 1 && i2 == 0, "sampler: +Inf best and all -Inf rows",
+	     "got %d (want 1) and %d (want 0)", i1, i2);
+	o.temperature = 1e-39f;
+	x4_sampler_create(&a, &o, &e);
+	int32_t i3 = x4_sample(a, plain, 5);
+	x4_sampler_free(a);
+	T_OK(i3 == 1, "sampler: a tiny temperature is the argmax", "got %d", i3);
 }
 
 /* ---- the whole trunk on the tiny checkpoint ---- */
