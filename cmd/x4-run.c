@@ -769,6 +769,12 @@ int main(int argc, char **argv)
 		if (st.n_gen >= (size_t)o.n_max)
 			break;
 		int32_t id = npy ? x4_sample(smp, logits, n_vocab) : next;
+		if (npy && !isfinite(logits[id])) {
+			/* (without --dump-logits the trunk's pick checks this itself) */
+			rc = x4_err_nonfinite_logits(&e, x4_trunk_pos(t) - 1);
+			fprintf(stderr, PROG ": %s\n", e.msg);
+			break;
+		}
 		if (id == cfg->eos_id && !o.ignore_eos) {
 			st.stop = "eos";
 			break;

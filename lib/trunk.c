@@ -6,6 +6,8 @@
  */
 #include "trunk_int.h"
 
+#include <math.h>
+
 struct x4_trunk {
 	x4_trunk_cpu *cpu;   /* exactly one of the two is set */
 	x4_trunk_cuda *cuda;
@@ -83,18 +85,37 @@ int x4_trunk_forward(x4_trunk *t, const int32_t *ids, int n, float *logits, bool
 	return x4_trunk_cuda_forward(t->cuda, ids, n, logits, all_logits, e);
 }
 
+int x4_err_nonfinite_logits(x4_err *e, int pos)
+{
+	return x4_err_set(e, X4_ENUMERIC, "the logits at position %d are not finite: the "
+			  "residual stream overflowed or a weight is not finite; run "
+			  "x4-walk-residual on the same prompt to find the block where values "
+			  "leave range (and keep the residual at --resid f32)", pos);
+}
+
 int x4_trunk_forward_next(x4_trunk *t, const int32_t *ids, int n, x4_sampler *smp,
 			  const x4_sampler_opts *so, int32_t *next, x4_err *e)
 {
-	if (t->cuda)
-		return x4_trunk_cuda_forward_next(t->cuda, ids, n, so, next, e);
+	int pos = x4_trunk_pos(t) + n - 1;
+	if (t->cuda) {
+		float v = 0;
+		int rc = x4_trunk_cuda_forward_next(t->cuda, ids, n, so, next, &v, e);
+		if (!rc && !isfinite(v))
+			return x4_err_nonfinite_logits(e, pos);
+		return rc;
+	}
 	int nv = t->cpu->c->n_vocab;
 	float *logits = x4_alloc(sizeof(float) * (size_t)nv, "one row of logits", e);
 	if (!logits)
 		return X4_ENOMEM;
 	int rc = x4_trunk_cpu_forward(t->cpu, ids, n, logits, false, e);
-	if (!rc)
+	if (!rc) {
 		*next = x4_sample(smp, logits, nv);
+		/* The picked logit is NaN or infinite only when the row is not a
+		 * distribution at all (x4_sample skips NaN; all-NaN picks 0). */
+		if (!isfinite(logits[*next]))
+			rc = x4_err_nonfinite_logits(e, pos);
+	}
 	free(logits);
 	return rc;
 }

@@ -502,7 +502,8 @@ int x4_trunk_cuda_create(x4_trunk_cuda **t, const x4_model *m, const x4_trunk_op
 void x4_trunk_cuda_free(x4_trunk_cuda *t) { (void)t; }
 
 int x4_trunk_cuda_forward_next(x4_trunk_cuda *t, const int32_t *ids, int n,
-			       const x4_sampler_opts *so, int32_t *next, x4_err *e)
+			       const x4_sampler_opts *so, int32_t *next, float *logit,
+			       x4_err *e)
 {
 	return x4_trunk_cuda_forward(t, ids, n, NULL, false, e);
 }

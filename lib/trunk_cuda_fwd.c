@@ -377,7 +377,8 @@ static int samp_alloc(x4_trunk_cuda *t, x4_err *e)
 }
 
 int x4_trunk_cuda_forward_next(x4_trunk_cuda *t, const int32_t *ids, int n,
-			       const x4_sampler_opts *so, int32_t *next, x4_err *e)
+			       const x4_sampler_opts *so, int32_t *next, float *logit,
+			       x4_err *e)
 {
 	if (!t->samp) {
 		int rc = samp_alloc(t, e);
@@ -386,9 +387,15 @@ int x4_trunk_cuda_forward_next(x4_trunk_cuda *t, const int32_t *ids, int n,
 	}
 	int32_t *pick = (int32_t *)((char *)t->samp + t->samp_ws_bytes);
 	int rc = run(t, ids, n, NULL, false, so, pick, e);
-	if (!rc)
-		*next = *t->next_host; /* run() synchronised the stream */
-	return rc;
+	if (rc)
+		return rc;
+	*next = *t->next_host; /* run() synchronised the stream */
+	/* The picked token's logit, so that a row that is not finite (record
+	 * section 2's overflow) is an error and not a silent token 0.  One more
+	 * 4-byte copy a step; a graphed step would fold it into the pick. */
+	X4_CUDA_TRY(cudaMemcpy(logit, t->w.logits + *next, sizeof(float), cudaMemcpyDeviceToHost),
+		    "copy the picked token's logit to the host", e);
+	return 0;
 }
 
 #else

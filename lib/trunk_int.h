@@ -61,7 +61,8 @@ int x4_trunk_cuda_forward(x4_trunk_cuda *t, const int32_t *ids, int n, float *lo
 void x4_trunk_cuda_set_probe(x4_trunk_cuda *t, x4_probe_fn fn, void *ctx);
 /* Forward, then the next token picked on the device (one id read back). */
 int x4_trunk_cuda_forward_next(x4_trunk_cuda *t, const int32_t *ids, int n,
-			       const x4_sampler_opts *so, int32_t *next, x4_err *e);
+			       const x4_sampler_opts *so, int32_t *next, float *logit,
+			       x4_err *e);
 void x4_trunk_cuda_stats(const x4_trunk_cuda *t, x4_trunk_stats *s);
 
 /* ---- pieces of the CPU trunk, exposed for tests ---- */

@@ -547,6 +547,10 @@ int32_t x4_sample(x4_sampler *s, const float *logits, int n_vocab);
  * the same kind of device. */
 int x4_trunk_forward_next(x4_trunk *t, const int32_t *ids, int n, x4_sampler *smp,
 			  const x4_sampler_opts *so, int32_t *next, x4_err *e);
+/* The message and code (X4_ENUMERIC) for logits that are not finite at a
+ * position: the residual stream overflowed (record section 2) or a weight
+ * is not finite; names x4-walk-residual as the way to find the block. */
+int x4_err_nonfinite_logits(x4_err *e, int pos);
 
 /* ===================== 8. utilities ===================== */
 

@@ -258,6 +258,11 @@ if [ -d "$tmp/tiny" ]; then
 		"$tmp/eager.json" "$tmp/fused.json"
 	check hc.eager_vs_fused_greedy_tokens $? "the eager and fused gates' 32 greedy tokens differ"
 fi
+if [ -d "$tmp/loud" ]; then
+	"$RUN" -m "$tmp/loud" --device "$DEV" --resid f16 -n 4 >/dev/null 2>"$tmp/nan.err"; rc=$?
+	grep -q "logits at position .* are not finite" "$tmp/nan.err"
+	check nonfinite.refused_on_gpu $(( rc != 1 || $? != 0 )) "exit $rc: $(head -c 300 "$tmp/nan.err")"
+fi
 rm -rf "$tmp/tiny" "$tmp/loud"
 synth small --preset small --seed 1 && model_checks small "$tmp/small" "$short"
 # A short context makes the prefill chunk short (16 here), and a 4-token

@@ -122,6 +122,18 @@ check run.help $((rc != 0 || ok != 0)) "exit $rc"
 grep -q 'commit .*CUDA runtime' "$tmp/out"; ok=$?
 check run.version $((rc != 0 || ok != 0)) "exit $rc: $(cat "$tmp/out")"
 
+# A residual that overflows (the record's fp16 failure on a loud expert) is
+# one clear error and exit 1, never text generated from NaN logits; a dump
+# in progress is not left behind.
+"${RUN%/*}/x4-synth" --preset tiny --seed 1 --loud 2:0:60 -o "$tmp/loud" >/dev/null 2>&1
+for extra in "" "--dump-logits $tmp/nan.npy"; do
+	# shellcheck disable=SC2086
+	"$RUN" -m "$tmp/loud" --resid f16 -n 4 $extra </dev/null >/dev/null 2>"$tmp/err"; rc=$?
+	grep -q "logits at position .* are not finite.*x4-walk-residual" "$tmp/err"; ok=$?
+	check "run.nonfinite_refused[${extra%% *}]" $((rc != 1 || ok != 0)) "exit $rc: $(head -c 300 "$tmp/err")"
+done
+check run.nonfinite_no_dump_left $(ls "$tmp"/nan.npy* >/dev/null 2>&1; echo $((!$?))) "a dump was left"
+
 # A missing model: exit 1, the message names the path.
 "$RUN" -m "$tmp/no/such/model" </dev/null >/dev/null 2>"$tmp/err"; rc=$?
 grep -q "$tmp/no/such/model" "$tmp/err"; ok=$?
