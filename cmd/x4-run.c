@@ -664,7 +664,7 @@ int main(int argc, char **argv)
 	struct buf text = {0};
 	int status = 1;
 	if (x4_paths_resolve(o.model, o.tokdir, &paths, &e) || x4_model_open(&m, &paths, &e)) {
-		fprintf(stderr, PROG ": %s%s\n", e.msg, o.model == defmodel
+		fprintf(stderr, PROG ": %s%s\n", e.msg, o.model == defmodel && access(defmodel, F_OK)
 			? " (the default model is the tiny preset: run `make tiny`, or give -m)" : "");
 		return 1;
 	}

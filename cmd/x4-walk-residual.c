@@ -525,7 +525,7 @@ int main(int argc, char **argv)
 	x4_paths paths;
 	x4_model *m = NULL;
 	if (x4_paths_resolve(model, tokdir, &paths, &e) || x4_model_open(&m, &paths, &e)) {
-		fprintf(stderr, PROG ": %s%s\n", e.msg, model == defmodel
+		fprintf(stderr, PROG ": %s%s\n", e.msg, model == defmodel && access(defmodel, F_OK)
 			? " (the default model is the tiny preset: run `make tiny`, or give -m)" : "");
 		return 1;
 	}
