@@ -32,6 +32,9 @@ int x4_trunk_create(x4_trunk **out, const x4_model *m, const x4_trunk_opts *o, x
 	if (o->resid < X4_RESID_F32 || o->resid > X4_RESID_BF16)
 		return x4_err_set(e, X4_EINVAL, "residual width %d is not one of f32, f16, bf16",
 				  o->resid);
+	if (o->sublayer < X4_SUB_F32 || o->sublayer > X4_SUB_F16)
+		return x4_err_set(e, X4_EINVAL, "sublayer input width %d is not one of f32, bf16, "
+				  "f16", o->sublayer);
 	if (o->prec != X4_PREC_F32 && o->prec != X4_PREC_F64)
 		return x4_err_set(e, X4_EINVAL, "precision %d is not one of f32, f64", o->prec);
 	if (o->device < -1)

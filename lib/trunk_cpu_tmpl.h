@@ -281,6 +281,16 @@ static inline REAL FN(narrow)(int resid, REAL v)
 	return v;
 }
 
+/* The sublayer input handed narrow (opts.sublayer; spec 7.3). */
+static void FN(narrow_sub)(const x4_trunk_cpu *t, REAL *xh, size_t n)
+{
+	int s = t->o.sublayer;
+	if (s == X4_SUB_F32)
+		return;
+	for (size_t i = 0; i < n; i++)
+		xh[i] = FN(narrow)(s == X4_SUB_F16 ? X4_RESID_F16 : X4_RESID_BF16, xh[i]);
+}
+
 /* ---- workspace ---- */
 
 typedef struct FN(ws) {
@@ -741,6 +751,7 @@ void FN(x4_cpu_forward)(x4_trunk_cpu *t, const int32_t *ids, int n, float *logit
 			for (int tk = 0; tk < T; tk++)
 				FN(rmsnorm)(w->xh + (size_t)tk * D, w->x + (size_t)tk * D,
 					    bw->attn_norm->data, D, c->rms_eps);
+			FN(narrow_sub)(t, w->xh, (size_t)T * D);
 			FN(mla)(t, w, b, p0, T);
 			FN(hc_post)(t, w, T);
 			if (probe)
@@ -749,6 +760,7 @@ void FN(x4_cpu_forward)(x4_trunk_cpu *t, const int32_t *ids, int n, float *logit
 			for (int tk = 0; tk < T; tk++)
 				FN(rmsnorm)(w->xh + (size_t)tk * D, w->x + (size_t)tk * D,
 					    bw->ffn_norm->data, D, c->rms_eps);
+			FN(narrow_sub)(t, w->xh, (size_t)T * D);
 			if (bw->moe)
 				FN(moe)(t, w, b, T);
 			else

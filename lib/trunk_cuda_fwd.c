@@ -51,6 +51,16 @@ static void swap_streams(x4_cuda_ws *w)
  * CPU trunk does (record section 2's failing configuration, for
  * x4-walk-residual).  Done on the host: it is a diagnostic arm, and no
  * kernel of x4_kern.h rounds a buffer. */
+/* The sublayer input x-hat handed narrow (opts.sublayer; spec 7.3). */
+static int narrow_sub(const fwd *f)
+{
+	int s = f->t->o.sublayer;
+	if (s == X4_SUB_F32)
+		return 0;
+	return x4k_narrow((int64_t)f->T * f->c->n_embd, f->w->xh,
+			  s == X4_SUB_F16 ? X4K_NARROW_F16 : X4K_NARROW_BF16, f->s, f->e);
+}
+
 static int narrow(const fwd *f)
 {
 	x4_trunk_cuda *t = f->t;
@@ -223,7 +233,7 @@ static int blocks(const fwd *f, bool observe)
 		if ((rc = gate(f, d->hc_attn_fn, d->hc_attn_base, d->hc_attn_scale, pend, w->coef_a)) ||
 		    (rc = x4k_rmsnorm(f->T, c->n_embd, w->x, c->n_embd, d->attn_norm, c->rms_eps,
 				      w->xh, c->n_embd, f->s, f->e)) ||
-		    (rc = mla(f, b)))
+		    (rc = narrow_sub(f)) || (rc = mla(f, b)))
 			return rc;
 		pend = w->coef_a;
 		if (!fused) {
@@ -233,7 +243,7 @@ static int blocks(const fwd *f, bool observe)
 		}
 		if ((rc = gate(f, d->hc_ffn_fn, d->hc_ffn_base, d->hc_ffn_scale, pend, w->coef_f)) ||
 		    (rc = x4k_rmsnorm(f->T, c->n_embd, w->x, c->n_embd, d->ffn_norm, c->rms_eps,
-				      w->xh, c->n_embd, f->s, f->e)))
+				      w->xh, c->n_embd, f->s, f->e)) || (rc = narrow_sub(f)))
 			return rc;
 		x4k_moe_routes r;
 		if (hw->moe)

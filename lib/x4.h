@@ -452,6 +452,11 @@ const char *x4_model_fingerprint(const x4_model *m); /* fast fingerprint */
  * section 2).  F32 is right; F16 and BF16 are the failing configurations
  * x4-walk-residual compares against. */
 enum x4_resid { X4_RESID_F32 = 0, X4_RESID_F16 = 1, X4_RESID_BF16 = 2 };
+/* The precision the sublayers are handed their normed input x-hat in (spec
+ * 7.3: it "may be narrowed"; the record's runtime hands fp16 on sm_75).
+ * F32 is the default: the kernels read fp32 activations, so narrowing buys
+ * no bandwidth yet and is a lever to price, not a given. */
+enum x4_sub { X4_SUB_F32 = 0, X4_SUB_BF16 = 1, X4_SUB_F16 = 2 };
 /* Arithmetic of the CPU trunk: F32 (what users run), F64 (the oracle). */
 enum x4_prec { X4_PREC_F32 = 0, X4_PREC_F64 = 1 };
 /* The latent KV cache (spec 6.5, 7.7).  DEFAULT: fp16 values in F32 (the
@@ -471,6 +476,7 @@ typedef struct x4_trunk_opts {
 	bool hc_eager;     /* GPU: the multi-kernel hyper-connection path */
 	int kv;            /* enum x4_kv: the latent cache's values */
 	uint64_t mem_limit; /* GPU: bytes of device memory x4 may hold (0 = what is free) */
+	int sublayer;      /* enum x4_sub: the width x-hat is handed to attention and FFN in */
 	/* Called (if set) as the weights load onto the GPU, after each staged
 	 * piece: bytes done of total.  The library never prints; a tool may. */
 	void (*progress)(void *ctx, uint64_t done, uint64_t total);

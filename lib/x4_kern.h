@@ -151,6 +151,12 @@ int x4k_embed(const uint16_t *emb, int n_vocab, int D, int n_hc, const int32_t *
 int x4k_rmsnorm(int n_tok, int n, const float *x, int ld_x, const float *gain, float eps,
 		float *y, int ld_y, cudaStream_t s, x4_err *e);
 
+/* Round n fp32 values in place to bf16 (X4K_NARROW_BF16) or fp16
+ * (X4K_NARROW_F16) precision, nearest even: the sublayer input's width
+ * (spec 7.3), with the values kept fp32 in memory. */
+enum { X4K_NARROW_BF16 = 1, X4K_NARROW_F16 = 2 };
+int x4k_narrow(int64_t n, float *x, int dtype, cudaStream_t s, x4_err *e);
+
 /* Spec 6.8 before the logits: y[t] = RMS_gain(mean_s H[t][s]).  H [n_tok][n_hc][D]. */
 int x4k_head(int n_tok, int n_hc, int D, const float *H, const float *gain, float eps,
 	     float *y, cudaStream_t s, x4_err *e);
@@ -253,6 +259,8 @@ void x4r_embed(const uint16_t *emb, int n_vocab, int D, int n_hc, const int32_t 
 	       int n_tok, float *H);
 void x4r_rmsnorm(int n_tok, int n, const float *x, int ld_x, const float *gain, float eps,
 		 float *y, int ld_y);
+/* x4k_narrow's reference (dtype 1 bf16, 2 fp16), through lib/quant.c. */
+void x4r_narrow(int64_t n, float *x, int dtype);
 void x4r_head(int n_tok, int n_hc, int D, const float *H, const float *gain, float eps,
 	      float *y);
 /* H_out is written when y_prev is given; x_mag [n_tok][D] optional. */

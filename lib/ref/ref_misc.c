@@ -195,3 +195,10 @@ int32_t x4r_sample(int n_vocab, const float *logits, float temperature, int top_
 	free(z);
 	return id;
 }
+
+void x4r_narrow(int64_t n, float *x, int dtype)
+{
+	for (int64_t i = 0; i < n; i++)
+		x[i] = dtype == 2 ? x4_f16_to_f32(x4_f32_to_f16(x[i]))
+				  : x4_bf16_to_f32(x4_f32_to_bf16(x[i]));
+}
