@@ -134,16 +134,6 @@ static double parse_double(const char *s, double lo, double hi, const char *opt)
 	return v;
 }
 
-static int parse_device(const char *s)
-{
-	if (strcmp(s, "cpu") == 0)
-		return -1;
-	if (strncmp(s, "cuda:", 5) == 0)
-		return (int)parse_long(s + 5, 0, 1023, "--device cuda:");
-	die_usage("--device '%s': expected cpu or cuda:N%s", s, "");
-	return -1;
-}
-
 static int parse_prec(const char *s)
 {
 	if (strcmp(s, "f32") == 0)
@@ -191,34 +181,6 @@ static int parse_resid(const char *s)
 	die_usage("--resid '%s': expected f32, f16 or bf16%s", s, "");
 	return 0;
 }
-
-/* "1,5,9" -> ids; strict: every element an integer >= 0. */
-static int32_t *parse_ids(const char *s, size_t *n)
-{
-	size_t cap = 1;
-	for (const char *p = s; *p; p++)
-		cap += *p == ',';
-	int32_t *ids = malloc(cap * sizeof *ids);
-	if (!ids) {
-		fprintf(stderr, PROG ": out of memory\n");
-		exit(1);
-	}
-	*n = 0;
-	const char *p = s;
-	for (;;) {
-		char *end;
-		errno = 0;
-		long v = strtol(p, &end, 10);
-		if (end == p || errno || v < 0 || v > INT32_MAX || (*end && *end != ','))
-			die_usage("--tokens '%s': expected comma-separated ids like 1,5,9%s", s, "");
-		ids[(*n)++] = (int32_t)v;
-		if (!*end)
-			break;
-		p = end + 1;
-	}
-	return ids;
-}
-
 /* The whole of a stream, NUL-terminated. */
 static char *slurp(FILE *f, const char *name, size_t *len)
 {
@@ -242,25 +204,6 @@ static char *slurp(FILE *f, const char *name, size_t *len)
 	*len = n;
 	return buf;
 }
-
-/* ../build/models/tiny beside the binary, so `bin/x4-run` works from anywhere. */
-static void default_model(char *out, size_t cap)
-{
-	char exe[4000]; /* leaves room in out[4096] for the suffix */
-	ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-	if (n <= 0) {
-		snprintf(out, cap, "build/models/tiny");
-		return;
-	}
-	exe[n] = 0;
-	for (int i = 0; i < 2; i++) { /* drop the file name, then bin/ */
-		char *slash = strrchr(exe, '/');
-		if (slash)
-			*slash = 0;
-	}
-	snprintf(out, cap, "%s/build/models/tiny", exe);
-}
-
 /* A growing byte buffer, for --json's text. */
 struct buf {
 	char *p;
@@ -331,11 +274,6 @@ static int cmp_double(const void *a, const void *b)
 {
 	double x = *(const double *)a, y = *(const double *)b;
 	return (x > y) - (x < y);
-}
-
-static const char *resid_name(int r)
-{
-	return r == X4_RESID_F16 ? "f16" : r == X4_RESID_BF16 ? "bf16" : "f32";
 }
 
 struct opts {
@@ -417,7 +355,11 @@ static void parse_args(int argc, char **argv, struct opts *o)
 		}
 		case O_IGNORE_EOS: o->ignore_eos = true; break;
 		case O_DEVICE:
-			o->trunk.device = parse_device(optarg);
+		{
+			x4_err pe;
+			if (x4_parse_device(optarg, &o->trunk.device, &pe))
+				die_usage("%s%s", pe.msg, "");
+		}
 			snprintf(o->device, sizeof o->device, "%s", optarg);
 			break;
 		case O_THREADS: o->trunk.threads = (int)parse_long(optarg, 0, 4096, "--threads"); break;
@@ -469,8 +411,12 @@ static void parse_args(int argc, char **argv, struct opts *o)
 static int32_t *prompt_ids(const struct opts *o, const x4_tokenizer *tok, size_t *n)
 {
 	x4_err e = {0};
-	if (o->tokens)
-		return parse_ids(o->tokens, n);
+	if (o->tokens) {
+		int32_t *ids;
+		if (x4_parse_ids(o->tokens, &ids, n, &e))
+			die_usage("%s%s", e.msg, "");
+		return ids;
+	}
 	char *text;
 	size_t len;
 	if (o->prompt) {
@@ -574,7 +520,7 @@ static void print_stats(const struct opts *o, const x4_model *m, const x4_paths 
 		fprintf(stderr, PROG ": model %s (fingerprint %s), device %s, threads %d, resid %s, "
 			"sublayer %s, prec %s, kv-cache %s, hc %s, temperature %g, top_k %d, top_p %g, "
 			"seed %llu\n", paths->gguf, x4_model_fingerprint(m), o->device, threads,
-			resid_name(o->trunk.resid), sub_name(o->trunk.sublayer), o->trunk.prec == X4_PREC_F64 ? "f64" : "f32",
+			x4_resid_name(o->trunk.resid), sub_name(o->trunk.sublayer), o->trunk.prec == X4_PREC_F64 ? "f64" : "f32",
 			kv_name(&o->trunk), o->trunk.hc_eager ? "eager" : "fused", o->samp.temperature, o->samp.top_k, o->samp.top_p,
 			(unsigned long long)o->samp.seed);
 		if (ts->resident_bytes)
@@ -628,7 +574,7 @@ static void print_stats(const struct opts *o, const x4_model *m, const x4_paths 
 	fprintf(f, ",\"model_fingerprint\":\"%s\",\"commit\":\"%s\",\"device\":\"%s\","
 		"\"threads\":%d,\"resid\":\"%s\",\"chat\":%s,\"temperature\":%g,\"top_k\":%d,"
 		"\"top_p\":%g,\"seed\":%llu,\"ignore_eos\":%s}\n", x4_model_fingerprint(m),
-		x4_commit(), o->device, threads, resid_name(o->trunk.resid),
+		x4_commit(), o->device, threads, x4_resid_name(o->trunk.resid),
 		o->chat ? "true" : "false", o->samp.temperature, o->samp.top_k, o->samp.top_p,
 		(unsigned long long)o->samp.seed, o->ignore_eos ? "true" : "false");
 	fflush(f);
@@ -666,7 +612,7 @@ int main(int argc, char **argv)
 	}
 	char defmodel[4096];
 	if (!o.model) {
-		default_model(defmodel, sizeof defmodel);
+		x4_default_model(defmodel, sizeof defmodel);
 		o.model = defmodel;
 	}
 

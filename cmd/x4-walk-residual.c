@@ -70,48 +70,6 @@ static long parse_long(const char *s, long lo, long hi, const char *opt)
 	return v;
 }
 
-static int32_t *parse_ids(const char *s, size_t *n)
-{
-	size_t cap = 1;
-	for (const char *p = s; *p; p++)
-		cap += *p == ',';
-	int32_t *ids = malloc(cap * sizeof *ids);
-	if (!ids) {
-		fprintf(stderr, PROG ": out of memory\n");
-		exit(1);
-	}
-	*n = 0;
-	for (const char *p = s;;) {
-		char *end;
-		errno = 0;
-		long v = strtol(p, &end, 10);
-		if (end == p || errno || v < 0 || v > INT32_MAX || (*end && *end != ','))
-			die_usage("--tokens: expected comma-separated ids like 1,5,9, got", s);
-		ids[(*n)++] = (int32_t)v;
-		if (!*end)
-			break;
-		p = end + 1;
-	}
-	return ids;
-}
-
-static void default_model(char *out, size_t cap)
-{
-	char exe[4000]; /* leaves room in out[4096] for the suffix */
-	ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-	if (n <= 0) {
-		snprintf(out, cap, "build/models/tiny");
-		return;
-	}
-	exe[n] = 0;
-	for (int i = 0; i < 2; i++) {
-		char *slash = strrchr(exe, '/');
-		if (slash)
-			*slash = 0;
-	}
-	snprintf(out, cap, "%s/build/models/tiny", exe);
-}
-
 /* What one probe call saw, reduced. */
 struct rowstat {
 	bool seen;
@@ -307,11 +265,6 @@ static void print_table(struct arm *arms, int n_arms, int n_block, bool json)
 	}
 }
 
-static const char *resid_name(int r)
-{
-	return r == X4_RESID_F16 ? "f16" : r == X4_RESID_BF16 ? "bf16" : "f32";
-}
-
 /* A JSON string of a path: quotes, backslashes and control bytes escaped. */
 static void put_json_str(const char *v)
 {
@@ -339,7 +292,7 @@ static void print_summary(const struct arm *a, bool json)
 {
 	if (json) {
 		printf("{\"arm\":\"%s\",\"prec\":\"%s\",\"resid\":\"%s\",", a->name,
-		       a->prec == X4_PREC_F64 ? "f64" : "f32", resid_name(a->resid));
+		       a->prec == X4_PREC_F64 ? "f64" : "f32", x4_resid_name(a->resid));
 		json_opt("first_fp16_overflow", a->overflow);
 		json_opt("first_nonfinite", a->nonfinite);
 		printf("\"top4\":[");
@@ -349,7 +302,7 @@ static void print_summary(const struct arm *a, bool json)
 		return;
 	}
 	printf("# %s\t%s\t%s\t%s\t%s\t", a->name, a->prec == X4_PREC_F64 ? "f64" : "f32",
-	       resid_name(a->resid), a->overflow[0] ? a->overflow : "none",
+	       x4_resid_name(a->resid), a->overflow[0] ? a->overflow : "none",
 	       a->nonfinite[0] ? a->nonfinite : "none");
 	for (int j = 0; j < a->n_top; j++)
 		printf("%s%d:%.4f", j ? "," : "", a->top_id[j], a->top_v[j]);
@@ -462,14 +415,14 @@ int main(int argc, char **argv)
 		case O_TOKENS: tokens = optarg; break;
 		case O_ARMS: arm_list = optarg; break;
 		case O_REPLAY: replay_block = (int)parse_long(optarg, 0, INT_MAX, "--replay"); break;
-		case O_DEVICE:
-			if (strcmp(optarg, "cpu") == 0)
-				base.device = -1;
-			else if (strncmp(optarg, "cuda:", 5) == 0)
-				base.device = (int)parse_long(optarg + 5, 0, 1023, "--device cuda:");
-			else
-				die_usage("--device: expected cpu or cuda:N, got", optarg);
+		case O_DEVICE: {
+			x4_err pe;
+			if (x4_parse_device(optarg, &base.device, &pe)) {
+				fprintf(stderr, PROG ": %s (see " PROG " -h)\n", pe.msg);
+				return 2;
+			}
 			break;
+		}
 		case O_THREADS: base.threads = (int)parse_long(optarg, 0, 4096, "--threads"); break;
 		case O_JSON: json = true; break;
 		case 'h': usage(stdout); return 0;
@@ -507,7 +460,7 @@ int main(int argc, char **argv)
 				if (arms[k].resid == resid)
 					die_usage("--arms: an arm is named twice in", arm_list);
 			arms[n_arms].resid = resid;
-			arms[n_arms++].name = resid_name(resid);
+			arms[n_arms++].name = x4_resid_name(resid);
 		}
 		if (!n_arms)
 			die_usage("--arms: expected a list of f32, f16, bf16, got", arm_list);
@@ -518,7 +471,7 @@ int main(int argc, char **argv)
 
 	char defmodel[4096];
 	if (!model) {
-		default_model(defmodel, sizeof defmodel);
+		x4_default_model(defmodel, sizeof defmodel);
 		model = defmodel;
 	}
 	x4_err e = {0};
@@ -543,7 +496,10 @@ int main(int argc, char **argv)
 	size_t n_ids;
 	int32_t *ids;
 	if (tokens) {
-		ids = parse_ids(tokens, &n_ids);
+		if (x4_parse_ids(tokens, &ids, &n_ids, &e)) {
+			fprintf(stderr, PROG ": %s (see " PROG " -h)\n", e.msg);
+			return 2;
+		}
 	} else if (x4_tokenize(x4_model_tokenizer(m), prompt, strlen(prompt), 0, &ids, &n_ids, &e)) {
 		fprintf(stderr, PROG ": cannot tokenize the prompt: %s\n", e.msg);
 		return 1;

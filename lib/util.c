@@ -178,3 +178,71 @@ int x4_fingerprint(const char *path, bool full, char out[17], x4_err *e)
 		snprintf(out, 17, "%016llx", (unsigned long long)x4_hash_final(&h));
 	return rc;
 }
+
+int x4_parse_ids(const char *s, int32_t **ids, size_t *n, x4_err *e)
+{
+	size_t cap = 1;
+	for (const char *p = s; *p; p++)
+		cap += *p == ',';
+	int32_t *v = x4_alloc(cap * sizeof *v, "the token ids", e);
+	if (!v)
+		return X4_ENOMEM;
+	size_t k = 0;
+	for (const char *p = s;;) {
+		char *end;
+		errno = 0;
+		long x = strtol(p, &end, 10);
+		if (end == p || errno || x < 0 || x > INT32_MAX || (*end && *end != ',')) {
+			free(v);
+			return x4_err_set(e, X4_EINVAL, "--tokens '%s': expected comma-separated "
+					  "ids like 1,5,9", s);
+		}
+		v[k++] = (int32_t)x;
+		if (!*end)
+			break;
+		p = end + 1;
+	}
+	*ids = v;
+	*n = k;
+	return 0;
+}
+
+int x4_parse_device(const char *s, int *device, x4_err *e)
+{
+	if (strcmp(s, "cpu") == 0) {
+		*device = -1;
+		return 0;
+	}
+	if (strncmp(s, "cuda:", 5) == 0) {
+		char *end;
+		errno = 0;
+		long v = strtol(s + 5, &end, 10);
+		if (s[5] && !*end && !errno && v >= 0 && v <= 1023) {
+			*device = (int)v;
+			return 0;
+		}
+	}
+	return x4_err_set(e, X4_EINVAL, "--device '%s': expected cpu or cuda:N", s);
+}
+
+const char *x4_resid_name(int r)
+{
+	return r == X4_RESID_F16 ? "f16" : r == X4_RESID_BF16 ? "bf16" : "f32";
+}
+
+void x4_default_model(char *out, size_t cap)
+{
+	char exe[4000]; /* leaves room in a 4096-byte out for the suffix */
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+	if (n <= 0) {
+		snprintf(out, cap, "build/models/tiny");
+		return;
+	}
+	exe[n] = 0;
+	for (int i = 0; i < 2; i++) { /* drop the file name, then bin/ */
+		char *slash = strrchr(exe, '/');
+		if (slash)
+			*slash = 0;
+	}
+	snprintf(out, cap, "%s/build/models/tiny", exe);
+}
