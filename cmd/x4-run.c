@@ -37,7 +37,7 @@ static void usage(FILE *f)
 "              [--top-p P] [-s SEED] [--ignore-eos] [--device cpu|cuda:N]\n"
 "              [--threads N] [--max-model-len N] [--resid f32|f16|bf16]\n"
 "              [--prec f32|f64] [--kv-cache f16|exact] [--hc fused|eager]\n"
-"              [--gpu-memory SIZE] [--sublayer f32|bf16|f16]\n"
+"              [--gpu-memory SIZE] [--sublayer f32|bf16|f16] [--graph on|off]\n"
 "              [--dump-logits FILE.npy] [--tokenize] [--json]\n"
 "Generate text from a xing4_0 checkpoint; statistics go to stderr.\n"
 "  -m, --model PATH        a .gguf or a folder holding one (default: the tiny\n"
@@ -66,6 +66,8 @@ static void usage(FILE *f)
 "                          (the arithmetic's own width; CPU only)\n"
 "      --sublayer W        the width attention and the FFN are handed their\n"
 "                          normed input in: f32 (default), bf16, f16\n"
+"      --graph on|off      GPU: replay each decode step from a captured CUDA\n"
+"                          graph (default on) or launch it eagerly\n"
 "      --hc H              GPU hyper-connection gate: fused (default, one kernel)\n"
 "                          or eager (the multi-kernel path, for comparison)\n"
 "      --gpu-memory SIZE   device memory x4 may hold (e.g. 20G; default: what\n"
@@ -289,7 +291,7 @@ static void parse_args(int argc, char **argv, struct opts *o)
 {
 	enum { O_TOK = 256, O_CHAT, O_SYSTEM, O_BOS, O_SPECIAL, O_TEMP, O_TOPK, O_TOPP,
 	       O_IGNORE_EOS, O_DEVICE, O_THREADS, O_MAXLEN, O_RESID, O_TOKENS, O_TOKENIZE,
-	       O_DUMP, O_JSON, O_VERSION, O_PREC, O_KV, O_HC, O_GPUMEM, O_SUB };
+	       O_DUMP, O_JSON, O_VERSION, O_PREC, O_KV, O_HC, O_GPUMEM, O_SUB, O_GRAPH };
 	static const struct option lo[] = {
 		{"model", required_argument, 0, 'm'},
 		{"tokenizer", required_argument, 0, O_TOK},
@@ -314,6 +316,7 @@ static void parse_args(int argc, char **argv, struct opts *o)
 		{"hc", required_argument, 0, O_HC},
 		{"gpu-memory", required_argument, 0, O_GPUMEM},
 		{"sublayer", required_argument, 0, O_SUB},
+		{"graph", required_argument, 0, O_GRAPH},
 		{"tokens", required_argument, 0, O_TOKENS},
 		{"tokenize", no_argument, 0, O_TOKENIZE},
 		{"dump-logits", required_argument, 0, O_DUMP},
@@ -373,6 +376,11 @@ static void parse_args(int argc, char **argv, struct opts *o)
 			o->trunk.hc_eager = strcmp(optarg, "eager") == 0;
 			break;
 		case O_GPUMEM: o->trunk.mem_limit = parse_size(optarg, "--gpu-memory"); break;
+		case O_GRAPH:
+			if (strcmp(optarg, "on") && strcmp(optarg, "off"))
+				die_usage("--graph '%s': expected on or off%s", optarg, "");
+			o->trunk.no_graph = strcmp(optarg, "off") == 0;
+			break;
 		case O_SUB:
 			if (!strcmp(optarg, "f32"))
 				o->trunk.sublayer = X4_SUB_F32;
@@ -518,10 +526,11 @@ static void print_stats(const struct opts *o, const x4_model *m, const x4_paths 
 	double prefill_tok_s = s->prefill_s > 0 ? s->n_prompt / s->prefill_s : NAN;
 	if (!o->json) {
 		fprintf(stderr, PROG ": model %s (fingerprint %s), device %s, threads %d, resid %s, "
-			"sublayer %s, prec %s, kv-cache %s, hc %s, temperature %g, top_k %d, top_p %g, "
+			"sublayer %s, prec %s, kv-cache %s, hc %s, graph %s, temperature %g, top_k %d, top_p %g, "
 			"seed %llu\n", paths->gguf, x4_model_fingerprint(m), o->device, threads,
 			x4_resid_name(o->trunk.resid), sub_name(o->trunk.sublayer), o->trunk.prec == X4_PREC_F64 ? "f64" : "f32",
-			kv_name(&o->trunk), o->trunk.hc_eager ? "eager" : "fused", o->samp.temperature, o->samp.top_k, o->samp.top_p,
+			kv_name(&o->trunk), o->trunk.hc_eager ? "eager" : "fused",
+			o->trunk.no_graph ? "off" : "on", o->samp.temperature, o->samp.top_k, o->samp.top_p,
 			(unsigned long long)o->samp.seed);
 		if (ts->resident_bytes)
 			fprintf(stderr, PROG ": loaded %.2f GiB to %s in %.2f s (%.1f GB/s); KV cache "
@@ -567,9 +576,9 @@ static void print_stats(const struct opts *o, const x4_model *m, const x4_paths 
 		(unsigned long long)ts->cache_bytes, ts->max_ctx, ts->prefill_chunk);
 	json_str(f, ts->device, strlen(ts->device));
 	fprintf(f, ",\"sublayer\":\"%s\",\"prec\":\"%s\",\"kv_cache\":\"%s\",\"hc\":\"%s\","
-		"\"gpu_memory_bytes\":%llu,\"model\":", sub_name(o->trunk.sublayer),
+		"\"graph\":\"%s\",\"gpu_memory_bytes\":%llu,\"model\":", sub_name(o->trunk.sublayer),
 		o->trunk.prec == X4_PREC_F64 ? "f64" : "f32", kv_name(&o->trunk),
-		o->trunk.hc_eager ? "eager" : "fused", (unsigned long long)o->trunk.mem_limit);
+		o->trunk.hc_eager ? "eager" : "fused", o->trunk.no_graph ? "off" : "on", (unsigned long long)o->trunk.mem_limit);
 	json_str(f, paths->gguf, strlen(paths->gguf));
 	fprintf(f, ",\"model_fingerprint\":\"%s\",\"commit\":\"%s\",\"device\":\"%s\","
 		"\"threads\":%d,\"resid\":\"%s\",\"chat\":%s,\"temperature\":%g,\"top_k\":%d,"

@@ -443,6 +443,8 @@ void x4_trunk_cuda_free(x4_trunk_cuda *t)
 		cudaFreeHost(t->pos_host);
 	if (t->next_host)
 		cudaFreeHost(t->next_host);
+	if (t->step_graph)
+		cudaGraphExecDestroy(t->step_graph);
 	x4_dev_free(t->samp);
 	if (t->s)
 		cudaStreamDestroy(t->s);

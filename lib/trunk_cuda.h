@@ -92,6 +92,11 @@ struct x4_trunk_cuda {
 	void *samp;              /* [ws | next id | step counter] */
 	size_t samp_ws_bytes;
 	int32_t *next_host;      /* [1] pinned */
+	/* The decode step captured once and replayed (x4_trunk_forward_next
+	 * with one token); recaptured when the sampler's settings change. */
+	cudaGraphExec_t step_graph;
+	x4_sampler_opts graph_so;
+	bool graph_failed;       /* capture refused once: stay eager */
 };
 
 /* Bytes of the workspace for chunks of up to T tokens; with base set, also

@@ -287,6 +287,87 @@ static int head(fwd *f, int tk0, int n, float *logits)
 	return 0;
 }
 
+/* The device pick (argmax or the sampler) on the last row's logits, and
+ * its copy to the pinned next_host. */
+static int pick_next(x4_trunk_cuda *t, const x4_sampler_opts *so, int32_t *pick, x4_err *e)
+{
+	const x4_config *c = t->c;
+	void *ws = t->samp;
+	uint64_t *step = (uint64_t *)((char *)t->samp + t->samp_ws_bytes + 16);
+	int rc;
+	if (so->temperature > 0 && so->top_k != 1)
+		rc = x4k_sample(c->n_vocab, t->w.logits, so->temperature, so->top_k, so->top_p,
+				so->seed, step, pick, ws, t->samp_ws_bytes, t->s, e);
+	else
+		rc = x4k_argmax(c->n_vocab, t->w.logits, pick, ws, t->samp_ws_bytes, t->s, e);
+	if (!rc)
+		rc = x4_cuda_check(cudaMemcpyAsync(t->next_host, pick, sizeof(int32_t),
+						   cudaMemcpyDeviceToHost, t->s),
+				   "copy the next token id to the host", e);
+	return rc;
+}
+
+/* One decode step with the device pick, everything on t->s and nothing
+ * synchronised: what the graph captures.  The id and the position are read
+ * from the pinned staging at run (or replay) time. */
+static int enqueue_step(x4_trunk_cuda *t, const x4_sampler_opts *so, int32_t *pick, x4_err *e)
+{
+	const x4_config *c = t->c;
+	fwd f = { t, &t->w, c, t->s, 1, e };
+	X4_CUDA_TRY(cudaMemcpyAsync(t->w.ids, t->ids_host, sizeof(int32_t), cudaMemcpyHostToDevice,
+				    t->s), "upload the token id", e);
+	X4_CUDA_TRY(cudaMemcpyAsync(t->w.pos, t->pos_host, sizeof(int), cudaMemcpyHostToDevice,
+				    t->s), "upload the position", e);
+	int rc = x4k_embed(t->token_embd, c->n_vocab, c->n_embd, c->n_hc, t->w.ids, 1, t->w.H,
+			   t->s, e);
+	if (!rc)
+		rc = blocks(&f, false);
+	if (!rc)
+		rc = head(&f, 0, 1, NULL);
+	if (!rc)
+		rc = pick_next(t, so, pick, e);
+	return rc;
+}
+
+/* A decode step replayed from a graph captured on first use (record
+ * section 6: the step's launches, not its bytes, were the cost).  Returns
+ * 1 when the graph cannot serve (the caller runs the step eagerly). */
+static int graph_step(x4_trunk_cuda *t, int32_t id, const x4_sampler_opts *so, int32_t *pick,
+		      x4_err *e)
+{
+	if (t->o.no_graph || t->graph_failed || t->probe || t->o.resid != X4_RESID_F32)
+		return 1;
+	if (t->step_graph && memcmp(&t->graph_so, so, sizeof *so)) {
+		cudaGraphExecDestroy(t->step_graph);
+		t->step_graph = NULL;
+	}
+	t->ids_host[0] = id;
+	*t->pos_host = t->pos;
+	if (!t->step_graph) {
+		cudaGraph_t g = NULL;
+		X4_CUDA_TRY(cudaStreamBeginCapture(t->s, cudaStreamCaptureModeThreadLocal),
+			    "begin capturing the decode step", e);
+		x4_err ce = { 0 };
+		int rc = enqueue_step(t, so, pick, &ce);
+		cudaError_t st = cudaStreamEndCapture(t->s, &g);
+		if (!rc && st == cudaSuccess)
+			st = cudaGraphInstantiate(&t->step_graph, g, 0);
+		if (g)
+			cudaGraphDestroy(g);
+		cudaGetLastError(); /* a refused capture is not the next launch's error */
+		if (rc || st != cudaSuccess) {
+			t->step_graph = NULL;
+			t->graph_failed = true; /* the eager step is the same arithmetic */
+			return 1;
+		}
+		t->graph_so = *so;
+	}
+	X4_CUDA_TRY(cudaGraphLaunch(t->step_graph, t->s), "replay the decode step's graph", e);
+	X4_CUDA_TRY(cudaStreamSynchronize(t->s), "run the decode step on the GPU", e);
+	t->pos += 1;
+	return 0;
+}
+
 /* The forward pass; with pick set, the last row's logits stay on the device
  * and *pick (a device int) receives the next token chosen by so. */
 static int run(x4_trunk_cuda *t, const int32_t *ids, int n, float *logits, bool all_logits,
@@ -333,19 +414,8 @@ static int run(x4_trunk_cuda *t, const int32_t *ids, int n, float *logits, bool 
 		else if (!rc && pick && last)
 			rc = head(&f, T - 1, 1, NULL);
 	}
-	if (!rc && pick) {
-		void *ws = t->samp;
-		uint64_t *step = (uint64_t *)((char *)t->samp + t->samp_ws_bytes + 16);
-		if (so->temperature > 0 && so->top_k != 1)
-			rc = x4k_sample(c->n_vocab, t->w.logits, so->temperature, so->top_k,
-					so->top_p, so->seed, step, pick, ws, t->samp_ws_bytes, t->s, e);
-		else
-			rc = x4k_argmax(c->n_vocab, t->w.logits, pick, ws, t->samp_ws_bytes, t->s, e);
-		if (!rc)
-			rc = x4_cuda_check(cudaMemcpyAsync(t->next_host, pick, sizeof(int32_t),
-							   cudaMemcpyDeviceToHost, t->s),
-					   "copy the next token id to the host", e);
-	}
+	if (!rc && pick)
+		rc = pick_next(t, so, pick, e);
 	/* Every kernel's own failure surfaces here, named. */
 	cudaError_t st = cudaStreamSynchronize(t->s);
 	if (rc)
@@ -396,7 +466,15 @@ int x4_trunk_cuda_forward_next(x4_trunk_cuda *t, const int32_t *ids, int n,
 			return rc;
 	}
 	int32_t *pick = (int32_t *)((char *)t->samp + t->samp_ws_bytes);
-	int rc = run(t, ids, n, NULL, false, so, pick, e);
+	int rc = 1;
+	if (n == 1 && n <= t->max_ctx - t->pos && ids[0] >= 0 && ids[0] < t->c->n_vocab) {
+		X4_CUDA_TRY(cudaSetDevice(t->dev), "select the CUDA device", e);
+		rc = graph_step(t, ids[0], so, pick, e);
+		if (rc < 0)
+			return rc;
+	}
+	if (rc)
+		rc = run(t, ids, n, NULL, false, so, pick, e);
 	if (rc)
 		return rc;
 	*next = *t->next_host; /* run() synchronised the stream */

@@ -477,6 +477,7 @@ typedef struct x4_trunk_opts {
 	int kv;            /* enum x4_kv: the latent cache's values */
 	uint64_t mem_limit; /* GPU: bytes of device memory x4 may hold (0 = what is free) */
 	int sublayer;      /* enum x4_sub: the width x-hat is handed to attention and FFN in */
+	bool no_graph;     /* GPU: run decode steps eagerly instead of replaying a captured graph */
 	/* Called (if set) as the weights load onto the GPU, after each staged
 	 * piece: bytes done of total.  The library never prints; a tool may. */
 	void (*progress)(void *ctx, uint64_t done, uint64_t total);

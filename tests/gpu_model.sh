@@ -123,6 +123,15 @@ model_checks() {
 	"$PY" -c 'import json,sys; a=json.load(open(sys.argv[1]))["tokens"]; b=json.load(open(sys.argv[2]))["tokens"]; sys.exit(0 if a==b and len(a)==64 else 1)' \
 		"$tmp/$p.samp1.json" "$tmp/$p.samp2.json"
 	check "$p.gpu_pick.sampled_seed_reproducible" $? "two sampled runs with seed 7 differ"
+	# The decode step replayed from a captured graph (the default) against the
+	# same step launched eagerly: the same kernels, so the same tokens, greedy
+	# and sampled.
+	"$RUN" "${common[@]}" --device "$DEV" --graph off >"$tmp/$p.eager.json" 2>/dev/null
+	"$RUN" "${common[@]}" --device "$DEV" --graph off --temperature 0.8 --top-p 0.9 -s 7 \
+		>"$tmp/$p.samp_eager.json" 2>/dev/null
+	"$PY" -c 'import json,sys; t=[json.load(open(f))["tokens"] for f in sys.argv[1:]]; sys.exit(0 if t[0]==t[1] and t[2]==t[3] and len(t[0])==64 else 1)' \
+		"$tmp/$p.pick.json" "$tmp/$p.eager.json" "$tmp/$p.samp1.json" "$tmp/$p.samp_eager.json"
+	check "$p.graph_vs_eager_same_tokens" $? "the graphed decode's tokens differ from the eager decode's"
 	"$PY" -c 'import json,sys; j=json.load(open(sys.argv[1])); print("# %s on %s: %.3f GiB resident, loaded in %.2f s; prefill chunk %d; prefill %s tok/s, decode %s tok/s" % (sys.argv[2], j["device_name"], j["resident_bytes"] / 2**30, j["load_s"], j["prefill_chunk"], j["prefill_tok_s"], j["decode_tok_s"]))' \
 		"$tmp/$p.gpu1.json" "$p"
 }
