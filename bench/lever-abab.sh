@@ -15,7 +15,7 @@ for i in $(seq "$PAIRS"); do
 		flags=$A; [ $arm = B ] && flags=$B
 		# shellcheck disable=SC2086
 		bin/x4-run -m "$MODEL" --device "$DEV" --tokens "$ids" -n "$NG" --ignore-eos --json \
-			$flags 2>/dev/null | sed "s/^/$arm /" >>"$out"
+			--max-model-len $((NP + NG + 16)) $flags 2>/dev/null | sed "s/^/$arm /" >>"$out"
 	done
 done
 python3 - "$out" "$A" "$B" "$NP" "$NG" <<'PY'
@@ -26,7 +26,7 @@ for line in open(sys.argv[1]):
     rows[arm].append(json.loads(js))
 A, B = rows["A"], rows["B"]
 gen = {len(r["tokens"]) for r in A + B}
-if len(gen) != 1:
+if len(gen) != 1 or any(r["decode_tok_s"] is None for r in A + B):
     print(f"VOID: the runs generated different token counts {sorted(gen)}")
     sys.exit(1)
 def med(rs, k): return statistics.median(r[k] for r in rs)
