@@ -16,7 +16,7 @@ COMMIT   := $(shell git describe --always --dirty 2>/dev/null || echo unknown)
 
 CFLAGS   ?= -O2 -g
 CFLAGS   += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wno-unused-parameter \
-            -MMD -MP -pthread -Ilib -DX4_COMMIT='"$(COMMIT)"'
+            -MMD -MP -pthread -Ilib
 LDLIBS   := -lm -lpthread
 # Machine code for each arch, plus the newest arch's PTX so that a newer GPU
 # can still run the kernels (the driver compiles it at load).
@@ -46,6 +46,12 @@ GPU_TESTS := $(if $(NVCC),$(GPU_TEST_SRC:tests/%.c=build/tests/%),)
 all: build/libx4.a $(TOOLS) tiny
 	@$(if $(NVCC),,echo "x4: nvcc not found: built the CPU parts only; skipped the CUDA kernels (kernels/*.cu) and the GPU tests")
 
+# The commit goes into err.o alone, rebuilt when build/commit.txt changes
+# (rewritten only when `git describe` gives something new).
+$(shell mkdir -p build && (echo '$(COMMIT)' | cmp -s - build/commit.txt || echo '$(COMMIT)' >build/commit.txt))
+build/lib/err.o: build/commit.txt
+build/lib/err.o: CFLAGS += -DX4_COMMIT='"$(COMMIT)"'
+
 build/libx4.a: $(LIB_OBJ)
 	@mkdir -p $(@D)
 	rm -f $@ && ar rcs $@ $^
@@ -64,8 +70,8 @@ build/kernels/%.o: kernels/%.cu
 	$(NVCC) $(NVFLAGS) -c $< -o $@
 
 bin/%: cmd/%.c build/libx4.a
-	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $< -o $@ build/libx4.a $(LDLIBS)
+	@mkdir -p $(@D) build/cmd
+	$(CC) $(CFLAGS) -MF build/cmd/$*.d $< -o $@ build/libx4.a $(LDLIBS)
 
 build/tests/%: tests/%.c tests/t.h build/libx4.a
 	@mkdir -p $(@D)
