@@ -90,15 +90,10 @@ static void die_usage(const char *fmt, const char *a, const char *b)
 
 static long parse_long(const char *s, long lo, long hi, const char *opt)
 {
-	char *end;
-	errno = 0;
-	long v = strtol(s, &end, 10);
-	if (!*s || *end || errno || v < lo || v > hi) {
-		char range[64];
-		snprintf(range, sizeof range, "an integer in [%ld, %ld]", lo, hi);
-		fprintf(stderr, PROG ": %s '%s': expected %s (see " PROG " -h)\n", opt, s, range);
-		exit(2);
-	}
+	long v;
+	x4_err e;
+	if (x4_parse_long(s, lo, hi, opt, &v, &e))
+		die_usage("%s%s", e.msg, "");
 	return v;
 }
 

@@ -59,12 +59,10 @@ static void die_usage(const char *msg, const char *arg)
 
 static long parse_long(const char *s, long lo, long hi, const char *opt)
 {
-	char *end;
-	errno = 0;
-	long v = strtol(s, &end, 10);
-	if (!*s || *end || errno || v < lo || v > hi) {
-		fprintf(stderr, PROG ": %s '%s': expected an integer in [%ld, %ld] (see " PROG
-			" -h)\n", opt, s, lo, hi);
+	long v;
+	x4_err e;
+	if (x4_parse_long(s, lo, hi, opt, &v, &e)) {
+		fprintf(stderr, PROG ": %s (see " PROG " -h)\n", e.msg);
 		exit(2);
 	}
 	return v;

@@ -11,6 +11,7 @@
 struct x4_trunk {
 	x4_trunk_cpu *cpu;   /* exactly one of the two is set */
 	x4_trunk_cuda *cuda;
+	float *row;          /* [n_vocab] the CPU's last logits for forward_next, kept */
 };
 
 void x4_trunk_opts_default(x4_trunk_opts *o)
@@ -64,6 +65,7 @@ void x4_trunk_free(x4_trunk *t)
 		x4_trunk_cpu_free(t->cpu);
 	if (t->cuda)
 		x4_trunk_cuda_free(t->cuda);
+	free(t->row);
 	free(t);
 }
 
@@ -108,9 +110,9 @@ int x4_trunk_forward_next(x4_trunk *t, const int32_t *ids, int n, x4_sampler *sm
 		return rc;
 	}
 	int nv = t->cpu->c->n_vocab;
-	float *logits = x4_alloc(sizeof(float) * (size_t)nv, "one row of logits", e);
-	if (!logits)
+	if (!t->row && !(t->row = x4_alloc(sizeof(float) * (size_t)nv, "one row of logits", e)))
 		return X4_ENOMEM;
+	float *logits = t->row;
 	int rc = x4_trunk_cpu_forward(t->cpu, ids, n, logits, false, e);
 	if (!rc) {
 		*next = x4_sample(smp, logits, nv);
@@ -119,7 +121,6 @@ int x4_trunk_forward_next(x4_trunk *t, const int32_t *ids, int n, x4_sampler *sm
 		if (!isfinite(logits[*next]))
 			rc = x4_err_nonfinite_logits(e, pos);
 	}
-	free(logits);
 	return rc;
 }
 

@@ -207,6 +207,18 @@ int x4_parse_ids(const char *s, int32_t **ids, size_t *n, x4_err *e)
 	return 0;
 }
 
+int x4_parse_long(const char *s, long lo, long hi, const char *opt, long *v, x4_err *e)
+{
+	char *end;
+	errno = 0;
+	long x = strtol(s, &end, 10);
+	if (!*s || *end || errno || x < lo || x > hi)
+		return x4_err_set(e, X4_EINVAL, "%s '%s': expected an integer in [%ld, %ld]", opt, s,
+				  lo, hi);
+	*v = x;
+	return 0;
+}
+
 int x4_parse_device(const char *s, int *device, x4_err *e)
 {
 	if (strcmp(s, "cpu") == 0) {

@@ -575,6 +575,8 @@ void x4_parallel_for(int64_t n, int nthreads, void (*fn)(void *arg, int64_t i),
  * preset beside the running binary (<bin>/../build/models/tiny), the
  * default model of every tool. */
 int x4_parse_ids(const char *s, int32_t **ids, size_t *n, x4_err *e);
+/* An integer in [lo, hi], all of s; the message names opt and the range. */
+int x4_parse_long(const char *s, long lo, long hi, const char *opt, long *v, x4_err *e);
 int x4_parse_device(const char *s, int *device, x4_err *e);
 const char *x4_resid_name(int resid);
 void x4_default_model(char *out, size_t cap);
