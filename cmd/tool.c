@@ -207,6 +207,21 @@ const char *x4t_kv_name(const x4_trunk_opts *o)
 	return o->prec == X4_PREC_F64 && o->device < 0 ? "exact" : "f16";
 }
 
+void x4t_settings(const x4_trunk_opts *o, const x4_sampler_opts *so, char *out, size_t cap)
+{
+	char chunk[16], ctx[16];
+	snprintf(chunk, sizeof chunk, "%d", o->prefill_chunk);
+	snprintf(ctx, sizeof ctx, "%d", o->max_ctx);
+	snprintf(out, cap, "hc=%s graph=%s sublayer=%s resid=%s prec=%s kv=%s max_ctx=%s "
+		 "chunk=%s threads=%d temperature=%g top_k=%d top_p=%g seed=%llu",
+		 o->device < 0 ? "n/a" : o->hc_eager ? "eager" : "fused",
+		 o->device < 0 ? "n/a" : o->no_graph ? "off" : "on", x4t_sub_name(o->sublayer),
+		 x4_resid_name(o->resid), x4t_prec_name(o->prec), x4t_kv_name(o),
+		 o->max_ctx ? ctx : "auto", o->prefill_chunk ? chunk : "auto",
+		 o->threads ? o->threads : x4_ncpu(), so->temperature, so->top_k, so->top_p,
+		 (unsigned long long)so->seed);
+}
+
 const char *x4t_device_name(int device, char *buf, size_t n)
 {
 	if (device < 0)

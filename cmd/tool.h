@@ -75,6 +75,10 @@ const char *x4t_prec_name(int prec);
 const char *x4t_sub_name(int sub);
 /* What the cache holds as the trunk resolves X4_KV_DEFAULT. */
 const char *x4t_kv_name(const x4_trunk_opts *o);
+/* Every setting of a request that can change a number, as one word list
+ * ("hc=fused graph=on sublayer=f32 resid=f32 prec=f32 kv=f16 max_ctx=4096
+ * chunk=auto threads=2 temperature=0 top_k=0 top_p=1 seed=1"), for rows. */
+void x4t_settings(const x4_trunk_opts *o, const x4_sampler_opts *so, char *out, size_t cap);
 /* "cpu" or "cuda:N". */
 const char *x4t_device_name(int device, char *buf, size_t n);
 

@@ -90,14 +90,17 @@ static void parse_arm(struct arm *a, const char *flag, const x4_trunk_opts *base
 	argv[argc] = NULL;
 	optind = 0; /* glibc: start a new scan */
 	opterr = 0;
-	int c;
-	while ((c = getopt_long(argc, argv, ":", lo, NULL)) != -1) {
-		if (x4t_trunk_opt(c, optarg, &a->trunk) || x4t_sampler_opt(c, optarg, &a->samp))
+	int c, li = -1;
+	while ((c = getopt_long(argc, argv, ":m:", lo, &li)) != -1) {
+		if (x4t_trunk_opt(c, optarg, &a->trunk) || x4t_sampler_opt(c, optarg, &a->samp)) {
+			li = -1;
 			continue;
+		}
 		if (c == X4T_O_DEVICE || c == X4T_O_GPUMEM || c == 'm' || c == 't')
-			x4t_usage_error("%s \"%s\": %s is a load option: changing it needs the "
+			x4t_usage_error("%s \"%s\": %s%s is a load option: changing it needs the "
 					"weights reloaded, so both arms share it; give it once, "
-					"outside the arms", flag, a->text, argv[optind - 1]);
+					"outside the arms", flag, a->text, c == 'm' && li < 0 ? "-" : "--",
+					c == 'm' && li < 0 ? "m" : lo[li].name);
 		if (c == ':')
 			x4t_usage_error("%s \"%s\": %s needs a value", flag, a->text,
 					argv[optind - 1]);
@@ -120,6 +123,18 @@ struct result {
 	double prefill_tok_s, decode_ms, first_ms;
 	int stop;
 };
+
+static int stop_requested(void *ctx, int32_t id, const char *piece, size_t len)
+{
+	(void)ctx, (void)id, (void)piece, (void)len;
+	return x4t_stop_signal != 0;
+}
+
+static int stop_in_prefill(void *ctx, size_t done, size_t total)
+{
+	(void)ctx, (void)done, (void)total;
+	return x4t_stop_signal != 0;
+}
 
 struct ctx {
 	const char *model_path, *fingerprint, *device, *commit;
@@ -163,6 +178,16 @@ static void census(const x4_gguf *g, char *out, size_t cap)
 			 x4_type_name(types[j]), counts[j]);
 }
 
+/* A JSON number, or null when not finite. */
+static void json_num(FILE *f, const char *key, double v, const char *fmt)
+{
+	fprintf(f, "\"%s\":", key);
+	if (isfinite(v))
+		fprintf(f, fmt, v);
+	else
+		fputs("null", f);
+}
+
 static void tsv_value(double v, const char *fmt)
 {
 	if (isfinite(v))
@@ -173,7 +198,7 @@ static void tsv_value(double v, const char *fmt)
 
 static void tsv_row(const struct ctx *c, const char *kind, const char *round, const char *arm,
 		    int seq, const struct result *r, const double *pre3, const double *dec3,
-		    const double *ratio3, int max_ctx, const char *options)
+		    const double *ratio3, int max_ctx, const char *options, const char *settings)
 {
 	x4t_outf("%s\t%s\t%s\t", kind, round, arm);
 	if (seq >= 0)
@@ -199,8 +224,9 @@ static void tsv_row(const struct ctx *c, const char *kind, const char *round, co
 		x4t_outf("\t");
 		tsv_value(ratio3 ? ratio3[i] : NAN, "%.4f");
 	}
-	x4t_outf("\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n", c->model_path, c->fingerprint, c->types,
-		 c->commit, c->device, c->prompt_tokens, max_ctx, *options ? options : "defaults");
+	x4t_outf("\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", c->model_path, c->fingerprint,
+		 c->types, c->commit, c->device, c->prompt_tokens, max_ctx,
+		 *options ? options : "defaults", settings);
 }
 
 int main(int argc, char **argv)
@@ -246,7 +272,8 @@ int main(int argc, char **argv)
 		case O_PAIRS: pairs = x4t_long(optarg, 1, 1000, "--pairs"); break;
 		case O_WARMUP: warmup = x4t_long(optarg, 0, 1000, "--warmup"); break;
 		case O_PROMPT: prompt_tokens = x4t_long(optarg, 1, 1 << 24, "--prompt-tokens"); break;
-		case 'n': n_gen = x4t_long(optarg, 2, 1 << 20, "-n"); break;
+		/* three tokens: two decode steps, the first of them kept apart */
+		case 'n': n_gen = x4t_long(optarg, 3, 1 << 20, "-n"); break;
 		case 's': seed = x4t_u64(optarg, "-s"); break;
 		case O_EOS: stop_eos = true; break;
 		case O_JSON: json = true; break;
@@ -311,8 +338,11 @@ int main(int argc, char **argv)
 			  (int)prompt_tokens };
 	census(x4_model_gguf(m), cx.types, sizeof cx.types);
 	int max_ctx[2];
-	for (int i = 0; i < 2; i++)
+	char settings[2][256];
+	for (int i = 0; i < 2; i++) {
 		max_ctx[i] = x4_session_ctx(s, &arms[i].trunk);
+		x4t_settings(&arms[i].trunk, &arms[i].samp, settings[i], sizeof settings[i]);
+	}
 
 	/* warm-ups alternate A, B; then each round is A B B A */
 	int status = 1;
@@ -333,6 +363,7 @@ int main(int argc, char **argv)
 		x4_request req = {
 			.ids = ids, .n_ids = (size_t)prompt_tokens, .max_tokens = n_gen,
 			.sampler = a->samp, .ignore_eos = !stop_eos, .opts = &a->trunk,
+			.on_token = stop_requested, .on_prefill = stop_in_prefill,
 		};
 		x4_gen_stats st;
 		if (x4_session_generate(s, &req, &st, &e)) {
@@ -340,8 +371,8 @@ int main(int argc, char **argv)
 			goto out;
 		}
 		if (x4t_stop_signal) {
-			x4t_warn("stopped by signal %d after %d of %d runs", (int)x4t_stop_signal, k,
-				 nr);
+			x4t_warn("stopped by signal %d in run %d of %d; no verdict",
+				 (int)x4t_stop_signal, k + 1, nr);
 			status = 128 + x4t_stop_signal;
 			goto out;
 		}
@@ -419,26 +450,30 @@ int main(int argc, char **argv)
 		x4t_outf("kind\tround\tarm\tseq\tprompt_tokens\tgenerated_tokens\tprefill_tok_s\t"
 			 "prefill_tok_s_min\tprefill_tok_s_max\tdecode_ms_tok\tdecode_ms_tok_min\t"
 			 "decode_ms_tok_max\tfirst_step_ms\tratio\tratio_min\tratio_max\tmodel\t"
-			 "model_fingerprint\ttypes\tcommit\tdevice\tcontext\tmax_ctx\toptions\n");
+			 "model_fingerprint\ttypes\tcommit\tdevice\tcontext\tmax_ctx\toptions\tsettings\n");
 		for (int k = 0; k < nr; k++) {
 			const struct result *r = &res[k];
 			char rd[16];
 			snprintf(rd, sizeof rd, "%d", r->round);
 			double p1[3] = { r->prefill_tok_s, NAN, NAN }, d1[3] = { r->decode_ms, NAN, NAN };
 			tsv_row(&cx, r->kind ? "run" : "warmup", r->kind ? rd : "-", arms[r->arm].name,
-				r->seq, r, p1, d1, NULL, max_ctx[r->arm], arms[r->arm].text);
+				r->seq, r, p1, d1, NULL, max_ctx[r->arm], arms[r->arm].text,
+				settings[r->arm]);
 		}
 		for (int i = 0; i < 2; i++)
 			tsv_row(&cx, "arm", "-", arms[i].name, -1, NULL, arm3[i][0], arm3[i][1], NULL,
-				max_ctx[i], arms[i].text);
+				max_ctx[i], arms[i].text, settings[i]);
 		if (!voided) {
-			char both[1024];
-			snprintf(both, sizeof both, "a: %s | b: %s", arms[0].text, arms[1].text);
-			tsv_row(&cx, "ratio", "-", "b/a", -1, NULL, NULL, NULL, r3, max_ctx[1], both);
+			char both[1024], bset[600];
+			snprintf(both, sizeof both, "a: %s | b: %s", *arms[0].text ? arms[0].text :
+				 "defaults", *arms[1].text ? arms[1].text : "defaults");
+			snprintf(bset, sizeof bset, "a: %s | b: %s", settings[0], settings[1]);
+			tsv_row(&cx, "ratio", "-", "b/a", -1, NULL, NULL, NULL, r3, max_ctx[1], both,
+				bset);
 			tsv_row(&cx, "prefill_ratio", "-", "b/a", -1, NULL, NULL, NULL, p3, max_ctx[1],
-				both);
+				both, bset);
 			tsv_row(&cx, "control", "-", "a/a", -1, NULL, NULL, NULL, c3, max_ctx[0],
-				arms[0].text);
+				arms[0].text, settings[0]);
 		}
 	} else {
 		FILE *f = stdout;
@@ -452,21 +487,34 @@ int main(int argc, char **argv)
 		for (int i = 0; i < 2; i++) {
 			fprintf(f, "%s{\"arm\":\"%s\",\"options\":", i ? "," : "", arms[i].name);
 			x4t_json_str(f, arms[i].text, strlen(arms[i].text));
-			fprintf(f, ",\"max_ctx\":%d,\"prefill_tok_s\":{\"median\":%.3f,\"min\":%.3f,"
-				"\"max\":%.3f},\"decode_ms_tok\":{\"median\":%.5f,\"min\":%.5f,"
-				"\"max\":%.5f}}", max_ctx[i], arm3[i][0][0], arm3[i][0][1],
-				arm3[i][0][2], arm3[i][1][0], arm3[i][1][1], arm3[i][1][2]);
+			fprintf(f, ",\"max_ctx\":%d,\"settings\":\"%s\",\"prefill_tok_s\":{",
+				max_ctx[i], settings[i]);
+			json_num(f, "median", arm3[i][0][0], "%.3f");
+			fputc(',', f);
+			json_num(f, "min", arm3[i][0][1], "%.3f");
+			fputc(',', f);
+			json_num(f, "max", arm3[i][0][2], "%.3f");
+			fputs("},\"decode_ms_tok\":{", f);
+			json_num(f, "median", arm3[i][1][0], "%.5f");
+			fputc(',', f);
+			json_num(f, "min", arm3[i][1][1], "%.5f");
+			fputc(',', f);
+			json_num(f, "max", arm3[i][1][2], "%.5f");
+			fputs("}}", f);
 		}
 		fprintf(f, "],\"runs\":[");
 		for (int k = 0; k < nr; k++) {
 			const struct result *r = &res[k];
 			fprintf(f, "%s{\"seq\":%d,\"warmup\":%s,\"round\":%d,\"arm\":\"%s\","
-				"\"generated_tokens\":%zu,\"stop\":\"%s\",\"prefill_tok_s\":%.3f,"
-				"\"decode_ms_tok\":%.5f,\"first_step_ms\":%.4f}", k ? "," : "", r->seq,
+				"\"generated_tokens\":%zu,\"stop\":\"%s\",", k ? "," : "", r->seq,
 				r->kind ? "false" : "true", r->round, arms[r->arm].name, r->n_gen,
-				x4_stop_name(r->stop), isfinite(r->prefill_tok_s) ? r->prefill_tok_s : -1,
-				isfinite(r->decode_ms) ? r->decode_ms : -1,
-				isfinite(r->first_ms) ? r->first_ms : -1);
+				x4_stop_name(r->stop));
+			json_num(f, "prefill_tok_s", r->prefill_tok_s, "%.3f");
+			fputc(',', f);
+			json_num(f, "decode_ms_tok", r->decode_ms, "%.5f");
+			fputc(',', f);
+			json_num(f, "first_step_ms", r->first_ms, "%.4f");
+			fputc('}', f);
 		}
 		fprintf(f, "],\"void\":%s", voided ? "true" : "false");
 		if (!voided)

@@ -12,8 +12,6 @@
 
 #include <math.h>
 
-#define LOGIT_CHUNK 256 /* prompt positions per forward when every row is delivered */
-
 struct x4_session {
 	x4_model *m;
 	x4_trunk *t;
@@ -164,7 +162,7 @@ static void summarise(x4_session *s, x4_gen_stats *st)
 {
 	st->step_s = s->steps;
 	st->tokens = s->gen;
-	st->prefill_tok_s = st->prefill_s > 0 ? (double)st->n_prompt / st->prefill_s : NAN;
+	st->prefill_tok_s = st->prefill_s > 0 ? (double)st->n_prefilled / st->prefill_s : NAN;
 	st->first_step_s = st->n_steps ? s->steps[0] : NAN;
 	st->n_steady = st->n_steps > 1 ? st->n_steps - 1 : 0;
 	st->median_step_s = NAN;
@@ -188,10 +186,10 @@ static int prefill(x4_session *s, const x4_request *r, const int32_t *ids, size_
 	x4_trunk_stats ts;
 	x4_trunk_get_stats(s->t, &ts);
 	size_t nv = (size_t)x4_model_config(s->m)->n_vocab;
-	size_t chunk = r->on_logits ? X4_MIN(LOGIT_CHUNK, (size_t)ts.prefill_chunk)
-				    : (size_t)ts.prefill_chunk;
-	if (chunk < 1)
-		chunk = 1;
+	/* The trunk's own chunk with or without every row delivered: a chunk's
+	 * width changes the summation order of its products, so another width
+	 * would give other logits in the last bits. */
+	size_t chunk = ts.prefill_chunk > 0 ? (size_t)ts.prefill_chunk : 1;
 	float *rows = NULL;
 	if (r->on_logits) {
 		size_t need = X4_MIN(chunk, n);
@@ -213,6 +211,8 @@ static int prefill(x4_session *s, const x4_request *r, const int32_t *ids, size_
 			? x4_trunk_forward_next(s->t, ids + at, (int)k, smp, &r->sampler, next, rows, e)
 			: x4_trunk_forward(s->t, ids + at, (int)k, rows, rows != NULL, e);
 		st->prefill_s += x4_now() - t0;
+		if (!rc)
+			st->n_prefilled = at + k;
 		if (!rc && r->on_logits)
 			rc = r->on_logits(r->ctx, rows, (int)k, e);
 		if (rc)

@@ -641,8 +641,11 @@ typedef struct x4_request {
 	 * stops before the next chunk.  logits: every position's logits
 	 * [n][n_vocab] as they are made, the prompt's rows and then one per
 	 * generated token (the last generated token is fed too, so that it has
-	 * its row); a nonzero return is an error that ends the request with
-	 * the callback's message in e. */
+	 * its row, unless the cache is full or the request was stopped: then
+	 * the last token has none); a nonzero return is an error that ends the
+	 * request with the callback's message in e.  The prefill runs in the
+	 * trunk's chunks either way, so the logits and the picks are the same
+	 * with and without this callback. */
 	int (*on_token)(void *ctx, int32_t id, const char *piece, size_t len);
 	int (*on_prefill)(void *ctx, size_t done, size_t total);
 	int (*on_logits)(void *ctx, const float *rows, int n, x4_err *e);
@@ -653,8 +656,9 @@ typedef struct x4_request {
  * next request or its close. */
 typedef struct x4_gen_stats {
 	size_t n_prompt, n_gen;
+	size_t n_prefilled;      /* prompt positions forwarded (< n_prompt when stopped) */
 	double prefill_s;        /* the prompt's forward, wall clock */
-	double prefill_tok_s;    /* NAN when there was no prefill time */
+	double prefill_tok_s;    /* n_prefilled / prefill_s; NAN when no time was spent */
 	double first_step_s;     /* the first decode step after the prefill, NAN if none */
 	double median_step_s;    /* the median step after the first (steady), NAN if none */
 	size_t n_steady;         /* steps after the first */

@@ -38,7 +38,7 @@ check bench.verdict_line $? "stderr: $(tail -c 300 "$tmp/c.err")"
 # the commit, the device and the context.
 awk -F'\t' 'NR == 1 { n = NF } NF != n { bad = 1 } END { exit bad }' "$tmp/c.tsv"
 check bench.tsv.columns $? "rows with a different column count"
-head -1 "$tmp/c.tsv" | grep -q "^kind	round	arm	seq	prompt_tokens	generated_tokens	prefill_tok_s.*decode_ms_tok.*model_fingerprint	types	commit	device	context	max_ctx	options$"
+head -1 "$tmp/c.tsv" | grep -q "^kind	round	arm	seq	prompt_tokens	generated_tokens	prefill_tok_s.*decode_ms_tok.*model_fingerprint	types	commit	device	context	max_ctx	options	settings$"
 check bench.tsv.header $? "$(head -1 "$tmp/c.tsv")"
 n_run=$(awk -F'\t' '$1 == "run"' "$tmp/c.tsv" | wc -l); n_warm=$(awk -F'\t' '$1 == "warmup"' "$tmp/c.tsv" | wc -l)
 check bench.tsv.runs $((n_run != 12 || n_warm != 2)) "$n_run measured runs (want 12), $n_warm warm-ups (want 2)"
@@ -74,7 +74,7 @@ check bench.void_no_ratio $((! $?)) "a voided comparison printed a ratio"
 
 # Usage: exit 2 and one message.
 for args in "-a x" "-b x" "-a '' -b '--device cuda:0'" "-a '--gpu-memory 1G' -b ''" \
-	"-a '--bogus' -b ''" "-a '--hc' -b ''" "-a '' -b '' --pairs 0" "-a '' -b '' -n 1" \
+	"-a '--bogus' -b ''" "-a '--hc' -b ''" "-a '' -b '' --pairs 0" "-a '' -b '' -n 2" \
 	"-a '' -b '' --prompt-tokens x" "-a '' -b '' stray"; do
 	eval "\"$BENCH\" $args" </dev/null >"$tmp/out" 2>"$tmp/err"; rc=$?
 	check "bench.usage[$args]" $((rc != 2 || $(wc -l <"$tmp/err") != 1)) "exit $rc: $(head -c 300 "$tmp/err")"
