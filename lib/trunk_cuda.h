@@ -97,6 +97,7 @@ struct x4_trunk_cuda {
 	cudaGraphExec_t step_graph;
 	x4_sampler_opts graph_so;
 	bool graph_failed;       /* capture refused once: stay eager */
+	x4_prof *prof;           /* set while profiled (lib/prof_int.h), else NULL */
 };
 
 /* Bytes of the workspace for chunks of up to T tokens; with base set, also
