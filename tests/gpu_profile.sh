@@ -6,7 +6,7 @@
 #     enqueued in it (a graphed step: the kernel nodes of its graph; an eager
 #     one: its launches), and every kernel was launched by a marked operation;
 #   - every kernel's device start and end lie inside its step's host bracket;
-#   - the trace parses (plain and gzip) and holds the N steps, each with its
+#   - the trace parses and holds the N steps, each with its
 #     kernels on the GPU track;
 #   - graphed and eager profiles name the same kernels, as many a step.
 # Run from the tree's root on a machine with a CUDA GPU (tests/run-gpu.sh
@@ -30,11 +30,10 @@ if [ ! -x "$PROF" ] || [ ! -d "$MODEL" ]; then
 	exit 1
 fi
 
-# $1 name, then x4-profile's arguments; writes $tmp/$1.jsonl, $tmp/$1.json(.gz)
+# $1 name, then x4-profile's arguments; writes $tmp/$1.jsonl and $tmp/$1.json
 profile() {
 	local name=$1 ext=json rc
 	shift
-	[ "$name" = eager ] && ext=json.gz
 	"$PROF" -m "$MODEL" --device "$DEV" "$@" --json --trace "$tmp/$name.$ext" \
 		>"$tmp/$name.jsonl" 2>"$tmp/$name.err"
 	rc=$?
