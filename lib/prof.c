@@ -222,7 +222,7 @@ static int resolve(x4_prof *p, x4_err *e)
 	/* What the trunk enqueued in a graphed step: its graph's kernel nodes. */
 	for (size_t i = 0; i < p->n_launches; i++) {
 		const x4_prof_launch *l = &p->launches[i];
-		if (l->tmpl >= 0 && l->step >= 0) {
+		if (l->tmpl >= 0 && l->step >= 0 && l->outer) {
 			const x4_prof_tmpl *tp = &p->tmpls[l->tmpl];
 			p->steps[l->step].enqueued += tp->nodes >= 0 ? tp->nodes : (int64_t)tp->n;
 		}

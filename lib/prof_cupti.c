@@ -198,8 +198,25 @@ static void CUPTIAPI buf_complete(CUcontext ctx, uint32_t stream, uint8_t *buf, 
 
 enum { C_NONE, C_LAUNCH, C_GRAPH, C_CAP_BEGIN, C_CAP_END, C_SUBMIT, C_SYNC };
 
-#define CB(x) CUPTI_RUNTIME_TRACE_CBID_##x
-static const struct { CUpti_CallbackId id; int cls; } cbids[] = {
+/* A kernel record carries the correlation id of the call that launched it:
+ * the runtime's, or the driver call beneath it (CUPTI's headers allow
+ * either), so both domains' launches are followed; a launch inside another
+ * is one launch. */
+#define CB(x) CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_##x
+#define CD(x) CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_##x
+static const struct {
+	CUpti_CallbackDomain dom;
+	CUpti_CallbackId id;
+	int cls;
+} cbids[] = {
+	{ CD(cuLaunchKernel), C_LAUNCH },
+	{ CD(cuLaunchKernel_ptsz), C_LAUNCH },
+	{ CD(cuLaunchKernelEx), C_LAUNCH },
+	{ CD(cuLaunchKernelEx_ptsz), C_LAUNCH },
+	{ CD(cuLaunchCooperativeKernel), C_LAUNCH },
+	{ CD(cuLaunchCooperativeKernel_ptsz), C_LAUNCH },
+	{ CD(cuGraphLaunch), C_GRAPH },
+	{ CD(cuGraphLaunch_ptsz), C_GRAPH },
 	{ CB(cudaLaunchKernel_v7000), C_LAUNCH },
 	{ CB(cudaLaunchKernel_ptsz_v7000), C_LAUNCH },
 	{ CB(cudaLaunchKernelExC_v11060), C_LAUNCH },
@@ -228,16 +245,17 @@ static const struct { CUpti_CallbackId id; int cls; } cbids[] = {
 	{ CB(cudaEventSynchronize_v3020), C_SYNC },
 };
 #undef CB
+#undef CD
 
-static int cb_class(CUpti_CallbackId id)
+static int cb_class(CUpti_CallbackDomain dom, CUpti_CallbackId id)
 {
 	for (size_t i = 0; i < X4_ARRAY_LEN(cbids); i++)
-		if (cbids[i].id == id)
+		if (cbids[i].dom == dom && cbids[i].id == id)
 			return cbids[i].cls;
 	return C_NONE;
 }
 
-static void push_launch(x4_prof *p, uint32_t corr, int op, int tmpl)
+static void push_launch(x4_prof *p, uint32_t corr, int op, int tmpl, bool outer)
 {
 	x4_prof_launch *l = X4_PROF_PUSH(p, launches);
 	if (l) {
@@ -245,16 +263,17 @@ static void push_launch(x4_prof *p, uint32_t corr, int op, int tmpl)
 		l->op = op;
 		l->step = p->cur_step;
 		l->tmpl = tmpl;
+		l->outer = outer;
 	}
 }
 
 static void api_enter(x4_prof *p, int cls, const CUpti_CallbackData *d)
 {
+	bool outer = (cls == C_LAUNCH || cls == C_GRAPH) && p->launch_depth++ == 0;
 	switch (cls) {
 	case C_LAUNCH:
-		push_launch(p, d->correlationId, p->cur_op, -1);
-		/* A launch API that calls another is one launch. */
-		if (p->launch_depth++ > 0)
+		push_launch(p, d->correlationId, p->cur_op, -1, outer);
+		if (!outer)
 			break;
 		if (p->cur_op >= 0)
 			p->ops[p->cur_op].launches++;
@@ -267,7 +286,7 @@ static void api_enter(x4_prof *p, int cls, const CUpti_CallbackData *d)
 		}
 		break;
 	case C_GRAPH:
-		push_launch(p, d->correlationId, -1, p->last_tmpl);
+		push_launch(p, d->correlationId, -1, p->last_tmpl, outer);
 		break;
 	case C_CAP_BEGIN:
 		p->capturing = true;
@@ -280,7 +299,7 @@ static void api_enter(x4_prof *p, int cls, const CUpti_CallbackData *d)
 
 static void api_exit(x4_prof *p, int cls, const CUpti_CallbackData *d, uint64_t t0, uint64_t t1)
 {
-	if (cls == C_LAUNCH && --p->launch_depth > 0)
+	if ((cls == C_LAUNCH || cls == C_GRAPH) && --p->launch_depth > 0)
 		return;
 	if (cls == C_CAP_END && p->capturing) {
 		p->capturing = false;
@@ -314,10 +333,11 @@ static void CUPTIAPI on_api(void *ud, CUpti_CallbackDomain dom, CUpti_CallbackId
 			    const void *cbdata)
 {
 	x4_prof *p = ud;
-	if (dom != CUPTI_CB_DOMAIN_RUNTIME_API || p != g_prof)
+	if ((dom != CUPTI_CB_DOMAIN_RUNTIME_API && dom != CUPTI_CB_DOMAIN_DRIVER_API) ||
+	    p != g_prof)
 		return;
 	const CUpti_CallbackData *d = cbdata;
-	int cls = cb_class(id);
+	int cls = cb_class(dom, id);
 	if (cls == C_NONE)
 		return;
 	uint64_t t = x4_prof_cupti_now();
@@ -357,9 +377,8 @@ int x4_prof_cupti_start(x4_prof *p, x4_err *e)
 		return rc;
 	}
 	for (size_t i = 0; i < X4_ARRAY_LEN(cbids) && !rc; i++)
-		rc = cupti_check(cuptiEnableCallback(1, g_sub, CUPTI_CB_DOMAIN_RUNTIME_API,
-						     cbids[i].id),
-				 "enable a runtime callback", e);
+		rc = cupti_check(cuptiEnableCallback(1, g_sub, cbids[i].dom, cbids[i].id),
+				 "enable a launch callback", e);
 	for (size_t i = 0; i < X4_ARRAY_LEN(kinds) && !rc; i++)
 		rc = cupti_check(cuptiActivityEnable(kinds[i]), "enable the activity records", e);
 	if (rc) {
@@ -380,6 +399,7 @@ int x4_prof_cupti_stop(x4_prof *p, x4_err *e)
 			     "flush the activity records", e);
 	for (size_t i = 0; i < X4_ARRAY_LEN(kinds); i++)
 		cuptiActivityDisable(kinds[i]);
+	cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
 	cuptiUnsubscribe(g_sub);
 	g_prof = NULL;
 	if (!rc)

@@ -69,6 +69,7 @@ typedef struct x4_prof_launch {
 	int op;              /* kernel launch: its operation */
 	int step;
 	int tmpl;            /* graph launch: the template it replays; -1 a kernel launch */
+	bool outer;          /* not a driver call inside the runtime's launch */
 } x4_prof_launch;
 
 /* A captured graph: the operations of its kernels in capture order. */
