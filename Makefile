@@ -136,7 +136,7 @@ ifeq ($(HAVE_ZLIB),yes)
 else
   PROF_SKIPPED += zlib (x4-profile --trace FILE.gz; apt-get install zlib1g-dev)
 endif
-bin/x4-profile: LDLIBS += $(PROF_LIBS)
+bin/x4-profile build/tests/test_prof: LDLIBS += $(PROF_LIBS)
 all: prof-note
 .PHONY: prof-note
 prof-note: $(TOOLS)

@@ -61,7 +61,7 @@ uint64_t x4_prof_cupti_now(void)
 extern char *__cxa_demangle(const char *mangled, char *buf, size_t *len, int *status);
 
 /* "void gemv_kernel<20>(unsigned char const*, int, ...)" -> "gemv_kernel<20>":
- * the name without its return type and parameter list. */
+ * the name without its return type, parameter list and anonymous namespace. */
 static char *short_name(const char *raw)
 {
 	int st = -1;
@@ -89,6 +89,10 @@ static char *short_name(const char *raw)
 	}
 	if (start >= cut)
 		start = 0;
+	/* The kernels' files keep them in anonymous namespaces: say nothing. */
+	static const char anon_ns[] = "(anonymous namespace)::";
+	if (cut - start > sizeof anon_ns - 1 && strncmp(s + start, anon_ns, sizeof anon_ns - 1) == 0)
+		start += sizeof anon_ns - 1;
 	char *out = malloc(cut - start + 1);
 	if (out) {
 		memcpy(out, s + start, cut - start);
