@@ -534,10 +534,12 @@ int main(int argc, char **argv)
 	struct opts o;
 	parse_args(argc, argv, &o);
 	if (o.trunk.device >= 0 && !x4_prof_have_cupti()) {
-		fprintf(stderr, PROG ": --device %s: this build of x4 has no CUPTI (the CUDA "
-			"Toolkit's profiling library was not found at build time), so it cannot "
-			"profile a GPU; rebuild with CUPTI beside cudart, or use --device cpu\n",
-			o.device);
+		bool cuda = strcmp(x4_cuda_runtime(), "none") != 0;
+		fprintf(stderr, PROG ": --device %s: this build of x4 has no %s, so it cannot "
+			"profile a GPU; rebuild with %s, or use --device cpu\n", o.device,
+			cuda ? "CUPTI (the CUDA Toolkit's profiling library was not found beside "
+			       "cudart at build time)" : "CUDA (nvcc was not found at build time)",
+			cuda ? "CUPTI installed beside cudart" : "the CUDA Toolkit");
 		return 1;
 	}
 	size_t tl = o.trace ? strlen(o.trace) : 0;

@@ -12,6 +12,7 @@
  * all to its longest kernel.
  */
 #include "prof_int.h"
+#include "trunk_int.h"
 
 #ifdef X4_HAVE_CUDA
 #include "trunk_cuda.h"
