@@ -238,7 +238,7 @@ static int moe(const fwd *f, int b, x4k_moe_routes *r)
 	/* A decode step's token reads k experts' rows of each tensor; which
 	 * experts a chunk's routes touch is known on the device only. */
 	uint64_t gu = X4_PROF_UNKNOWN, dn = X4_PROF_UNKNOWN;
-	if (T == 1) {
+	if (T == 1 && t->prof) {
 		uint64_t E = (uint64_t)c->n_expert, kk = (uint64_t)k;
 		gu = (hw->ffn_gate_exps->nbytes + hw->ffn_up_exps->nbytes) / E * kk;
 		dn = hw->ffn_down_exps->nbytes / E * kk;
