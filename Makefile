@@ -69,9 +69,11 @@ build/kernels/%.o: kernels/%.cu
 	@mkdir -p $(@D)
 	$(NVCC) $(NVFLAGS) -c $< -o $@
 
-bin/%: cmd/%.c build/libx4.a
+# cmd/tool.c: the helpers every tool shares (messages, parsers, checked writes).
+TOOL_OBJ := build/cmd/tool.o
+bin/%: cmd/%.c $(TOOL_OBJ) build/libx4.a
 	@mkdir -p $(@D) build/cmd
-	$(CC) $(CFLAGS) -MF build/cmd/$*.d $< -o $@ build/libx4.a $(LDLIBS)
+	$(CC) $(CFLAGS) -MF build/cmd/$*.d $< -o $@ $(TOOL_OBJ) build/libx4.a $(LDLIBS)
 
 build/tests/%: tests/%.c tests/t.h build/libx4.a
 	@mkdir -p $(@D)

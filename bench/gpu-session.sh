@@ -3,7 +3,12 @@
 # calls): build for the card, run the GPU tests, write the full preset and
 # inspect it.  Usage (from the tree root, on the GPU machine):
 #   COMMIT=<git describe> bash bench/gpu-session.sh [steps...]
-#   steps: build test-gpu full bench sanitize (default: all five, in that order)
+#   steps: build test-gpu full bench sanitize golden levers (default: the first
+#   five, in that order).  golden: with an older tree exported to old/ (git archive REV |
+#   tar -x -C old), build its x4-run and write tests/data/gpu_golden_{tiny,small}.json
+#   (its greedy and seed-7 tokens and its logits' sha256) for gpu_model.sh to
+#   compare against.  levers: the record's levers priced by x4-bench-abab on the
+#   full preset at LEVER_CTX (default "512 4096") tokens of context.
 # Logs and tables go to $OUT (or build/gpu-out when OUT is unset).
 set -u
 # The device tool brings back at most 8 files from $OUT: everything is
@@ -50,6 +55,43 @@ for s in $steps; do
 			timeout 150 compute-sanitizer --tool memcheck --print-limit 5 build/tests/$t \
 				>"$OUT/sanitize-$t.log" 2>&1
 			echo "rc=$? $(grep -c '^PASS' "$OUT/sanitize-$t.log") PASS $(grep -c '^FAIL' "$OUT/sanitize-$t.log") FAIL; $(grep 'ERROR SUMMARY' "$OUT/sanitize-$t.log")" | tee -a "$OUT/session.log"
+		done;;
+	golden)
+		log "golden tokens of the tree in old/"
+		[ -d old ] || { echo "no old/ tree"; exit 1; }
+		(cd old && make -j16 CUDA_ARCH=90 bin/x4-run bin/x4-synth >"$OUT/golden-build.log" 2>&1) || { tail -n 20 "$OUT/golden-build.log"; exit 1; }
+		mkdir -p tests/data
+		long=""; for _ in 1 2 3 4 5 6 7 8 9 10; do long+="The quick brown fox jumps over the lazy dog, and the dog sleeps on. "; done
+		short="Once upon a time there was a small model that ran on a large card."
+		for p in tiny small; do
+			d=/tmp/x4-golden-$p; rm -rf "$d"
+			bin/x4-synth --preset $p --seed 1 -o "$d" >/dev/null 2>&1 || exit 1
+			prompt=$long; [ $p = small ] && prompt=$short
+			common=(-m "$d" -p "$prompt" -n 64 --ignore-eos --json --device cuda:0)
+			old/bin/x4-run "${common[@]}" >"$OUT/g-$p-greedy.json" 2>/dev/null
+			old/bin/x4-run "${common[@]}" --temperature 0.8 --top-p 0.9 -s 7 >"$OUT/g-$p-samp.json" 2>/dev/null
+			old/bin/x4-run "${common[@]}" --dump-logits /tmp/g-$p.npy >/dev/null 2>&1
+			python3 - "$p" "$OUT/g-$p-greedy.json" "$OUT/g-$p-samp.json" /tmp/g-$p.npy "$(cat old/COMMIT 2>/dev/null || echo old)" >"tests/data/gpu_golden_$p.json" <<'PY'
+import hashlib, json, sys
+p, g, s, npy, rev = sys.argv[1:]
+print(json.dumps({"preset": p, "commit": rev, "greedy": json.load(open(g))["tokens"],
+                  "sampled_seed7": json.load(open(s))["tokens"],
+                  "logits_sha256": hashlib.sha256(open(npy, "rb").read()).hexdigest()}))
+PY
+			cp "tests/data/gpu_golden_$p.json" "$OUT/"
+			echo "golden $p: $(head -c 120 tests/data/gpu_golden_$p.json)" | tee -a "$OUT/session.log"
+		done;;
+	levers)
+		log "levers by x4-bench-abab on the full preset"
+		for ctx in ${LEVER_CTX:-512 4096}; do
+			pairs=4; [ "$ctx" -gt 1024 ] && pairs=2
+			for lv in "|" "--hc eager|--hc fused" "--graph off|--graph on" "--sublayer f32|--sublayer bf16"; do
+				a=${lv%%|*}; b=${lv#*|}
+				tag=$(echo "$ctx-$a-$b" | tr -c 'a-z0-9-' '_')
+				bin/x4-bench-abab -m /tmp/x4-full --device cuda:0 -a "$a" -b "$b" --prompt-tokens "$ctx" \
+					-n 64 --pairs $pairs --warmup 2 >"$OUT/abab-$tag.tsv" 2>"$OUT/abab-$tag.err"
+				echo "ctx $ctx a='$a' b='$b': $(tail -n 1 "$OUT/abab-$tag.err")" | tee -a "$OUT/session.log"
+			done
 		done;;
 	*) echo "unknown step $s"; exit 2;;
 	esac

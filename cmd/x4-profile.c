@@ -283,7 +283,7 @@ static int pass(struct run *r, x4_prof **p, x4_err *e)
 	int32_t next = 0;
 	x4_trunk_reset(r->t);
 	if (!P)
-		rc = x4_trunk_forward_next(r->t, r->ids, C, smp, &o->samp, &next, e);
+		rc = x4_trunk_forward_next(r->t, r->ids, C, smp, &o->samp, &next, NULL, e);
 	if (!rc && p)
 		rc = x4_prof_attach(p, r->t, e);
 	for (long i = -1; i < o->steps && !rc; i++) {
@@ -302,8 +302,8 @@ static int pass(struct run *r, x4_prof **p, x4_err *e)
 		if (p)
 			x4_prof_step_begin(*p, i >= 0);
 		double t0 = x4_now();
-		rc = P ? x4_trunk_forward_next(r->t, r->ids + C, P, smp, &o->samp, &next, e)
-		       : x4_trunk_forward_next(r->t, &id, 1, smp, &o->samp, &next, e);
+		rc = P ? x4_trunk_forward_next(r->t, r->ids + C, P, smp, &o->samp, &next, NULL, e)
+		       : x4_trunk_forward_next(r->t, &id, 1, smp, &o->samp, &next, NULL, e);
 		double dt = x4_now() - t0;
 		if (p)
 			x4_prof_step_end(*p);

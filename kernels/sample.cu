@@ -150,6 +150,27 @@ __global__ void __launch_bounds__(SP_THREADS) sample_kernel(sp_args a)
 	}
 	mx = x4c::block_max(mx, red);
 
+	/* No softmax when the largest z is not finite (an infinite logit, every
+	 * logit -inf, a temperature so small that logit / T overflows): the
+	 * pick is certain, the argmax of the logits, as the reference rule. */
+	if (!isfinite(mx)) {
+		float v = -INFINITY;
+		int i = INT_MAX;
+		for (int j = tid; j < n; j += SP_THREADS) {
+			float x = a.l[j];
+			if (!isnan(x) && am_better(x, j, v, i)) {
+				v = x;
+				i = j;
+			}
+		}
+		am_block(v, i);
+		if (tid == 0) {
+			*a.out = i == INT_MAX ? 0 : i;
+			*a.counter += 1; /* a draw was asked for: the step advances */
+		}
+		return;
+	}
+
 	/* top-k: the k-th largest key by count (0: every valid token) */
 	uint32_t kmin = 0;
 	for (int pass = 0; pass < 4 && a.top_k > 0; pass++) {

@@ -11,6 +11,9 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <libgen.h>
+#include <limits.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define NPY_HEADER 128 /* magic .. the header's '\n'; a multiple of 64 */
@@ -53,11 +56,61 @@ static void npy_free(x4_npy *w)
 	free(w);
 }
 
-int x4_npy_open(x4_npy **out, const char *path, int cols, x4_err *e)
+static const char *kind_of(mode_t m)
+{
+	return S_ISDIR(m) ? "a directory" : S_ISCHR(m) || S_ISBLK(m) ? "a device"
+	     : S_ISFIFO(m) ? "a FIFO" : S_ISSOCK(m) ? "a socket" : "not a regular file";
+}
+
+/* The rules of a careful Unix writer: a new name is created in a folder
+ * that exists and can be written; an existing regular file is replaced;
+ * a symbolic link is followed (the file it names is replaced, the link
+ * stays); anything else (a folder, a device such as /dev/null, a FIFO) is
+ * refused, since renaming over it would destroy it. */
+int x4_npy_check_path(const char *path, char *resolved, size_t cap, x4_err *e)
+{
+	struct stat st;
+	if (!*path)
+		return x4_err_set(e, X4_EINVAL, "the output path is empty");
+	if (stat(path, &st) == 0) {
+		if (!S_ISREG(st.st_mode))
+			return x4_err_set(e, X4_EINVAL, "%s is %s: the array is written to a regular "
+					  "file; give a file's path", path, kind_of(st.st_mode));
+		char real[PATH_MAX];
+		if (!realpath(path, real))
+			return x4_err_set(e, X4_EIO, "cannot resolve %s: %s", path, strerror(errno));
+		if (strlen(real) >= cap)
+			return x4_err_set(e, X4_EINVAL, "the path %s is too long", real);
+		memcpy(resolved, real, strlen(real) + 1);
+	} else {
+		if (errno != ENOENT || lstat(path, &st) == 0)
+			return x4_err_set(e, X4_EIO, "cannot write %s: %s", path,
+					  errno == ENOENT ? "it is a symbolic link to a missing file"
+							  : strerror(errno));
+		if (strlen(path) >= cap)
+			return x4_err_set(e, X4_EINVAL, "the path %s is too long", path);
+		memcpy(resolved, path, strlen(path) + 1);
+	}
+	char dir[PATH_MAX];
+	snprintf(dir, sizeof dir, "%s", resolved);
+	const char *d = dirname(dir);
+	if (stat(d, &st) != 0 || !S_ISDIR(st.st_mode))
+		return x4_err_set(e, X4_EIO, "cannot write %s: the folder %s does not exist", path, d);
+	if (access(d, W_OK) != 0)
+		return x4_err_set(e, X4_EIO, "cannot write %s: the folder %s is not writable (%s)",
+				  path, d, strerror(errno));
+	return 0;
+}
+
+int x4_npy_open(x4_npy **out, const char *path_in, int cols, x4_err *e)
 {
 	*out = NULL;
 	if (cols <= 0)
 		return x4_err_set(e, X4_EINVAL, "npy: %d columns; a row needs at least one", cols);
+	char path[PATH_MAX];
+	int rc0 = x4_npy_check_path(path_in, path, sizeof path, e);
+	if (rc0)
+		return rc0;
 	x4_npy *w = x4_calloc(1, sizeof *w, "the npy writer", e);
 	if (!w)
 		return X4_ENOMEM;

@@ -1,17 +1,22 @@
 /*
- * trunk.c - the public trunk API, dispatching on opts->device: -1 runs the
- * CPU reference trunk (lib/trunk_cpu*.c), an ordinal >= 0 the CUDA trunk
- * (lib/trunk_cuda.c).  Both keep the same contract, so the tools never ask
- * which one they hold.
+ * trunk.c - the public trunk API: the options and arguments are checked
+ * here, once, and the call dispatched on opts->device: -1 runs the CPU
+ * reference trunk (lib/trunk_cpu*.c), an ordinal >= 0 the CUDA trunk
+ * (lib/trunk_cuda*.c).  Both keep the same contract, so the tools never ask
+ * which one they hold, and the backends may assume valid arguments.
  */
 #include "trunk_int.h"
 
 #include <math.h>
 
 struct x4_trunk {
-	x4_trunk_cpu *cpu;   /* exactly one of the two is set */
+	const x4_model *m;
+	x4_trunk_opts o;     /* as given (max_ctx 0 = automatic) */
+	x4_trunk_cpu *cpu;   /* exactly one of the two is set (none after a failed configure) */
 	x4_trunk_cuda *cuda;
 	float *row;          /* [n_vocab] the CPU's last logits for forward_next, kept */
+	x4_probe_fn probe;   /* kept here too: a configure makes a new CPU trunk */
+	void *probe_ctx;
 };
 
 void x4_trunk_opts_default(x4_trunk_opts *o)
@@ -22,14 +27,16 @@ void x4_trunk_opts_default(x4_trunk_opts *o)
 	o->prec = X4_PREC_F32;
 }
 
-int x4_trunk_create(x4_trunk **out, const x4_model *m, const x4_trunk_opts *o, x4_err *e)
+int x4_trunk_opts_ctx(const x4_model *m, const x4_trunk_opts *o)
 {
-	*out = NULL;
-	x4_trunk_opts def;
-	if (!o) {
-		x4_trunk_opts_default(&def);
-		o = &def;
-	}
+	const x4_config *c = x4_model_config(m);
+	return o && o->max_ctx ? o->max_ctx : X4_MIN(c->n_ctx_train, X4_DEFAULT_CTX);
+}
+
+/* Every option checked, and max_ctx resolved into *r for the backends. */
+static int check_opts(const x4_model *m, const x4_trunk_opts *o, x4_trunk_opts *r, x4_err *e)
+{
+	const x4_config *c = x4_model_config(m);
 	if (o->resid < X4_RESID_F32 || o->resid > X4_RESID_BF16)
 		return x4_err_set(e, X4_EINVAL, "residual width %d is not one of f32, f16, bf16",
 				  o->resid);
@@ -38,24 +45,95 @@ int x4_trunk_create(x4_trunk **out, const x4_model *m, const x4_trunk_opts *o, x
 				  "f16", o->sublayer);
 	if (o->prec != X4_PREC_F32 && o->prec != X4_PREC_F64)
 		return x4_err_set(e, X4_EINVAL, "precision %d is not one of f32, f64", o->prec);
+	if (o->kv < X4_KV_DEFAULT || o->kv > X4_KV_EXACT)
+		return x4_err_set(e, X4_EINVAL, "cache width %d is not one of default, f16, exact",
+				  o->kv);
 	if (o->device < -1)
 		return x4_err_set(e, X4_EINVAL, "device %d: use -1 for the CPU or a CUDA ordinal",
 				  o->device);
+	if (o->threads < 0 || o->prefill_chunk < 0)
+		return x4_err_set(e, X4_EINVAL, "threads (%d) and prefill chunk (%d) must be 0 "
+				  "(automatic) or positive", o->threads, o->prefill_chunk);
 	if (o->device >= 0 && o->prec == X4_PREC_F64)
 		return x4_err_set(e, X4_EINVAL, "the float64 trunk runs on the CPU only; "
 				  "use --device cpu with it");
+	if (o->device >= 0 && o->kv == X4_KV_EXACT)
+		return x4_err_set(e, X4_EINVAL, "the GPU's latent cache is fp16; an exact cache "
+				  "runs on the CPU only (use --device cpu)");
+	if (o->device < 0 && o->mem_limit)
+		return x4_err_set(e, X4_EINVAL, "--gpu-memory caps device memory and means nothing "
+				  "on the CPU: drop it, or use --device cuda:N");
+	*r = *o;
+	r->max_ctx = x4_trunk_opts_ctx(m, o);
+	if (r->max_ctx < 1 || r->max_ctx > c->n_ctx_train)
+		return x4_err_set(e, X4_ERANGE, "--max-model-len %d: the model's context is 1 to %d "
+				  "positions", r->max_ctx, c->n_ctx_train);
+	return 0;
+}
+
+static int backend_create(x4_trunk *t, const x4_trunk_opts *r, x4_err *e)
+{
+	return r->device < 0 ? x4_trunk_cpu_create(&t->cpu, t->m, r, e)
+			     : x4_trunk_cuda_create(&t->cuda, t->m, r, e);
+}
+
+int x4_trunk_create(x4_trunk **out, const x4_model *m, const x4_trunk_opts *o, x4_err *e)
+{
+	*out = NULL;
+	x4_trunk_opts def, r;
+	if (!o) {
+		x4_trunk_opts_default(&def);
+		o = &def;
+	}
+	int rc = check_opts(m, o, &r, e);
+	if (rc)
+		return rc;
 	x4_trunk *t = x4_calloc(1, sizeof *t, "the trunk", e);
 	if (!t)
 		return X4_ENOMEM;
-	int rc = o->device < 0 ? x4_trunk_cpu_create(&t->cpu, m, o, e)
-			       : x4_trunk_cuda_create(&t->cuda, m, o, e);
-	if (rc) {
+	t->m = m;
+	t->o = *o;
+	if ((rc = backend_create(t, &r, e))) {
 		free(t);
 		return rc;
 	}
 	*out = t;
 	return 0;
 }
+
+int x4_trunk_configure(x4_trunk *t, const x4_trunk_opts *o, x4_err *e)
+{
+	if (o->device != t->o.device)
+		return x4_err_set(e, X4_EINVAL, "the device (--device) is a load option: moving to "
+				  "another device needs the weights reloaded; open the model again");
+	if (o->mem_limit != t->o.mem_limit)
+		return x4_err_set(e, X4_EINVAL, "--gpu-memory is a load option: it sizes the upload, "
+				  "so changing it needs the weights reloaded; open the model again");
+	x4_trunk_opts r;
+	int rc = check_opts(t->m, o, &r, e);
+	if (rc)
+		return rc;
+	if (t->cuda) {
+		rc = x4_trunk_cuda_configure(t->cuda, &r, e);
+	} else {
+		/* The CPU trunk reads the weights in place: a new one costs its
+		 * cache and workspaces, made before the old ones go. */
+		x4_trunk_cpu *old = t->cpu;
+		rc = x4_trunk_cpu_create(&t->cpu, t->m, &r, e);
+		if (rc)
+			t->cpu = old;
+		else
+			x4_trunk_cpu_free(old);
+	}
+	if (rc)
+		return rc;
+	if (t->cpu)
+		x4_trunk_cpu_set_probe(t->cpu, t->probe, t->probe_ctx);
+	t->o = *o;
+	return 0;
+}
+
+const x4_trunk_opts *x4_trunk_get_opts(const x4_trunk *t) { return &t->o; }
 
 void x4_trunk_free(x4_trunk *t)
 {
@@ -82,9 +160,36 @@ int x4_trunk_pos(const x4_trunk *t)
 	return t->cpu ? x4_trunk_cpu_pos(t->cpu) : x4_trunk_cuda_pos(t->cuda);
 }
 
+static int max_ctx(const x4_trunk *t)
+{
+	x4_trunk_stats s;
+	x4_trunk_get_stats(t, &s);
+	return s.max_ctx;
+}
+
+/* The arguments of a forward, checked before any work. */
+static int check_forward(const x4_trunk *t, const int32_t *ids, int n, x4_err *e)
+{
+	if (n < 1 || !ids)
+		return x4_err_set(e, X4_EINVAL, "a forward needs at least one token");
+	int cap = max_ctx(t), pos = x4_trunk_pos(t), nv = x4_model_config(t->m)->n_vocab;
+	if (n > cap - pos)
+		return x4_err_set(e, X4_ERANGE, "the context holds %d positions: %d in use and %d "
+				  "new tokens do not fit; raise --max-model-len or shorten the "
+				  "prompt", cap, pos, n);
+	for (int i = 0; i < n; i++)
+		if (ids[i] < 0 || ids[i] >= nv)
+			return x4_err_set(e, X4_EINVAL, "token id %d (at %d) is outside the "
+					  "vocabulary [0, %d)", ids[i], i, nv);
+	return 0;
+}
+
 int x4_trunk_forward(x4_trunk *t, const int32_t *ids, int n, float *logits, bool all_logits,
 		     x4_err *e)
 {
+	int rc = check_forward(t, ids, n, e);
+	if (rc)
+		return rc;
 	if (t->cpu)
 		return x4_trunk_cpu_forward(t->cpu, ids, n, logits, all_logits, e);
 	return x4_trunk_cuda_forward(t->cuda, ids, n, logits, all_logits, e);
@@ -99,33 +204,43 @@ int x4_err_nonfinite_logits(x4_err *e, int pos)
 }
 
 int x4_trunk_forward_next(x4_trunk *t, const int32_t *ids, int n, x4_sampler *smp,
-			  const x4_sampler_opts *so, int32_t *next, x4_err *e)
+			  const x4_sampler_opts *so, int32_t *next, float *logits, x4_err *e)
 {
+	int rc = check_forward(t, ids, n, e);
+	if (rc)
+		return rc;
 	int pos = x4_trunk_pos(t) + n - 1;
 	if (t->cuda) {
 		float v = 0;
-		int rc = x4_trunk_cuda_forward_next(t->cuda, ids, n, so, next, &v, e);
+		rc = x4_trunk_cuda_forward_next(t->cuda, ids, n, so, next, &v, logits, e);
 		if (!rc && !isfinite(v))
 			return x4_err_nonfinite_logits(e, pos);
 		return rc;
 	}
 	int nv = t->cpu->c->n_vocab;
-	if (!t->row && !(t->row = x4_alloc(sizeof(float) * (size_t)nv, "one row of logits", e)))
-		return X4_ENOMEM;
-	float *logits = t->row;
-	int rc = x4_trunk_cpu_forward(t->cpu, ids, n, logits, false, e);
-	if (!rc) {
-		*next = x4_sample(smp, logits, nv);
-		/* The picked logit is NaN or infinite only when the row is not a
-		 * distribution at all (x4_sample skips NaN; all-NaN picks 0). */
-		if (!isfinite(logits[*next]))
-			rc = x4_err_nonfinite_logits(e, pos);
+	float *row = logits;
+	if (!row) {
+		if (!t->row && !(t->row = x4_alloc(sizeof(float) * (size_t)nv, "one row of logits", e)))
+			return X4_ENOMEM;
+		row = t->row;
 	}
-	return rc;
+	rc = x4_trunk_cpu_forward(t->cpu, ids, n, row, logits != NULL, e);
+	if (rc)
+		return rc;
+	if (logits)
+		row += (size_t)(n - 1) * (size_t)nv;
+	*next = x4_sample(smp, row, nv);
+	/* The picked logit is NaN or infinite only when the row is not a
+	 * distribution at all (the argmax skips NaN; all-NaN picks 0). */
+	if (!isfinite(row[*next]))
+		return x4_err_nonfinite_logits(e, pos);
+	return 0;
 }
 
 void x4_trunk_set_probe(x4_trunk *t, x4_probe_fn fn, void *ctx)
 {
+	t->probe = fn;
+	t->probe_ctx = ctx;
 	if (t->cpu)
 		x4_trunk_cpu_set_probe(t->cpu, fn, ctx);
 	else

@@ -239,16 +239,7 @@ int x4_trunk_cpu_create(x4_trunk_cpu **out, const x4_model *m, const x4_trunk_op
 {
 	*out = NULL;
 	const x4_config *c = &m->c;
-	int max_ctx = o->max_ctx ? o->max_ctx : X4_MIN(c->n_ctx_train, 4096);
-	if (max_ctx < 1 || max_ctx > c->n_ctx_train)
-		return x4_err_set(e, X4_ERANGE, "--max-model-len %d: the model's context is 1 to %d "
-				  "positions", max_ctx, c->n_ctx_train);
-	if (o->threads < 0 || o->prefill_chunk < 0)
-		return x4_err_set(e, X4_EINVAL, "threads (%d) and prefill chunk (%d) must be 0 "
-				  "(automatic) or positive", o->threads, o->prefill_chunk);
-	if (o->kv < X4_KV_DEFAULT || o->kv > X4_KV_EXACT)
-		return x4_err_set(e, X4_EINVAL, "cache width %d is not one of default, f16, exact",
-				  o->kv);
+	int max_ctx = o->max_ctx; /* resolved and checked by lib/trunk.c */
 	x4_trunk_cpu *t = x4_calloc(1, sizeof *t, "the CPU trunk", e);
 	if (!t)
 		return X4_ENOMEM;
@@ -325,16 +316,7 @@ void x4_trunk_cpu_set_probe(x4_trunk_cpu *t, x4_probe_fn fn, void *ctx)
 int x4_trunk_cpu_forward(x4_trunk_cpu *t, const int32_t *ids, int n, float *logits,
 			 bool all_logits, x4_err *e)
 {
-	if (n < 1 || !ids)
-		return x4_err_set(e, X4_EINVAL, "a forward needs at least one token");
-	if (n > t->max_ctx - t->pos)
-		return x4_err_set(e, X4_ERANGE, "the context holds %d positions: %d in use and %d "
-				  "new tokens do not fit; raise --max-model-len (or shorten the "
-				  "prompt)", t->max_ctx, t->pos, n);
-	for (int i = 0; i < n; i++)
-		if (ids[i] < 0 || ids[i] >= t->c->n_vocab)
-			return x4_err_set(e, X4_EINVAL, "token id %d (at %d) is outside the "
-					  "vocabulary [0, %d)", ids[i], i, t->c->n_vocab);
+	/* The arguments were checked by lib/trunk.c. */
 	if (t->o.prec == X4_PREC_F64)
 		x4_cpu_forward_f64(t, ids, n, logits, all_logits);
 	else

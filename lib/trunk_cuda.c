@@ -305,6 +305,71 @@ static int pick_chunk(x4_trunk_cuda *t, x4_err *e)
 			  floor_t, mib(need));
 }
 
+/* What the request options decide, on weights already resident: the
+ * cache for max_ctx, the prefill chunk and its workspaces, the pinned
+ * staging, the narrow residual's host copy.  unplan() undoes it. */
+static int plan(x4_trunk_cuda *t, x4_err *e)
+{
+	const x4_config *c = t->c;
+	int rc;
+	t->cache_bytes = (uint64_t)c->n_block * (uint64_t)t->max_ctx * (uint64_t)t->cw * 2;
+	if ((rc = x4_dev_alloc((void **)&t->cache, t->cache_bytes,
+			       "the KV cache (lower --max-model-len)", e)))
+		return rc;
+	/* Rows past the length are never read; zeros keep a stray read finite. */
+	X4_CUDA_TRY(cudaMemsetAsync(t->cache, 0, t->cache_bytes, t->s), "clear the KV cache", e);
+	if ((rc = pick_chunk(t, e)))
+		return rc;
+	t->work_bytes = x4_cuda_ws_layout(t, t->chunk, NULL, NULL);
+	if ((rc = x4_dev_alloc(&t->work, t->work_bytes, "the workspaces", e)))
+		return rc;
+	x4_cuda_ws_layout(t, t->chunk, t->work, &t->w);
+	/* The fused gate's workspace must start zeroed; each call leaves it so. */
+	X4_CUDA_TRY(cudaMemsetAsync(t->w.hc_ws, 0, t->w.hc_ws_bytes, t->s),
+		    "clear the hyper-connection workspace", e);
+	float omega[X4_MAX(1, c->d_rope / 2)];
+	x4_yarn_freqs(c, omega);
+	X4_CUDA_TRY(cudaMemcpyAsync(t->w.omega, omega, sizeof omega, cudaMemcpyHostToDevice, t->s),
+		    "upload the rope frequencies", e);
+	X4_CUDA_TRY(cudaMallocHost((void **)&t->ids_host, sizeof(int32_t) * (size_t)t->chunk),
+		    "allocate pinned host memory for the token ids", e);
+	X4_CUDA_TRY(cudaMallocHost((void **)&t->pos_host, sizeof(int)),
+		    "allocate pinned host memory for the position", e);
+	X4_CUDA_TRY(cudaStreamSynchronize(t->s), "prepare the trunk on the GPU", e);
+
+	size_t D = (size_t)c->n_embd, hc = (size_t)c->n_hc;
+	if (t->o.resid != X4_RESID_F32 &&
+	    !(t->narrow_host = x4_alloc(sizeof(float) * (size_t)t->chunk * hc * D,
+					"the narrowed residual's staging", e)))
+		return X4_ENOMEM;
+	return 0;
+}
+
+static void unplan(x4_trunk_cuda *t)
+{
+	if (t->s)
+		cudaStreamSynchronize(t->s);
+	if (t->step_graph)
+		cudaGraphExecDestroy(t->step_graph);
+	t->step_graph = NULL;
+	t->graph_failed = false;
+	x4_dev_free(t->work);
+	x4_dev_free(t->cache);
+	t->work = NULL;
+	t->cache = NULL;
+	t->work_bytes = t->cache_bytes = 0;
+	memset(&t->w, 0, sizeof t->w);
+	if (t->ids_host)
+		cudaFreeHost(t->ids_host);
+	if (t->pos_host)
+		cudaFreeHost(t->pos_host);
+	t->ids_host = NULL;
+	t->pos_host = NULL;
+	free(t->narrow_host);
+	t->narrow_host = NULL;
+	t->pos = 0;
+}
+
 static int create(x4_trunk_cuda *t, x4_err *e)
 {
 	const x4_config *c = t->c;
@@ -336,29 +401,8 @@ static int create(x4_trunk_cuda *t, x4_err *e)
 	if (rc)
 		return rc;
 
-	if ((rc = x4_dev_alloc((void **)&t->cache, t->cache_bytes,
-			       "the KV cache (lower --max-model-len)", e)))
+	if ((rc = plan(t, e)))
 		return rc;
-	/* Rows past the length are never read; zeros keep a stray read finite. */
-	X4_CUDA_TRY(cudaMemsetAsync(t->cache, 0, t->cache_bytes, t->s), "clear the KV cache", e);
-	if ((rc = pick_chunk(t, e)))
-		return rc;
-	t->work_bytes = x4_cuda_ws_layout(t, t->chunk, NULL, NULL);
-	if ((rc = x4_dev_alloc(&t->work, t->work_bytes, "the workspaces", e)))
-		return rc;
-	x4_cuda_ws_layout(t, t->chunk, t->work, &t->w);
-	/* The fused gate's workspace must start zeroed; each call leaves it so. */
-	X4_CUDA_TRY(cudaMemsetAsync(t->w.hc_ws, 0, t->w.hc_ws_bytes, t->s),
-		    "clear the hyper-connection workspace", e);
-	float omega[X4_MAX(1, c->d_rope / 2)];
-	x4_yarn_freqs(c, omega);
-	X4_CUDA_TRY(cudaMemcpyAsync(t->w.omega, omega, sizeof omega, cudaMemcpyHostToDevice, t->s),
-		    "upload the rope frequencies", e);
-	X4_CUDA_TRY(cudaMallocHost((void **)&t->ids_host, sizeof(int32_t) * (size_t)t->chunk),
-		    "allocate pinned host memory for the token ids", e);
-	X4_CUDA_TRY(cudaMallocHost((void **)&t->pos_host, sizeof(int)),
-		    "allocate pinned host memory for the position", e);
-	X4_CUDA_TRY(cudaStreamSynchronize(t->s), "prepare the trunk on the GPU", e);
 
 	size_t D = (size_t)c->n_embd, hc = (size_t)c->n_hc, k = (size_t)X4_MAX(1, c->n_expert_used);
 	t->pr_streams = x4_alloc(sizeof(float) * hc * D, "the probe", e);
@@ -369,10 +413,6 @@ static int create(x4_trunk_cuda *t, x4_err *e)
 	t->pr_sel = x4_alloc(sizeof(int) * k, "the probe", e);
 	if (!t->pr_streams || !t->pr_y || !t->pr_xh || !t->pr_coef || !t->pr_wts || !t->pr_sel)
 		return X4_ENOMEM;
-	if (t->o.resid != X4_RESID_F32 &&
-	    !(t->narrow_host = x4_alloc(sizeof(float) * (size_t)t->chunk * hc * D,
-					"the narrowed residual's staging", e)))
-		return X4_ENOMEM;
 	return 0;
 }
 
@@ -381,19 +421,7 @@ int x4_trunk_cuda_create(x4_trunk_cuda **out, const x4_model *m, const x4_trunk_
 {
 	*out = NULL;
 	const x4_config *c = &m->c;
-	int max_ctx = o->max_ctx ? o->max_ctx : X4_MIN(c->n_ctx_train, 4096);
-	if (max_ctx < 1 || max_ctx > c->n_ctx_train)
-		return x4_err_set(e, X4_ERANGE, "--max-model-len %d: the model's context is 1 to %d "
-				  "positions", max_ctx, c->n_ctx_train);
-	if (o->prefill_chunk < 0)
-		return x4_err_set(e, X4_EINVAL, "prefill chunk %d must be 0 (automatic) or positive",
-				  o->prefill_chunk);
-	if (o->kv == X4_KV_EXACT)
-		return x4_err_set(e, X4_EINVAL, "the GPU's latent cache is fp16; an exact cache "
-				  "runs on the CPU only (use --device cpu)");
-	if (o->kv < X4_KV_DEFAULT || o->kv > X4_KV_EXACT)
-		return x4_err_set(e, X4_EINVAL, "cache width %d is not one of default, f16, exact",
-				  o->kv);
+	int max_ctx = o->max_ctx; /* resolved and checked by lib/trunk.c */
 	if (c->n_hc < 1 || c->n_hc > 4)
 		return x4_err_set(e, X4_EINVAL, "%d residual streams: the GPU kernels take 1 to 4",
 				  c->n_hc);
@@ -428,23 +456,56 @@ int x4_trunk_cuda_create(x4_trunk_cuda **out, const x4_model *m, const x4_trunk_
 	return 0;
 }
 
+int x4_trunk_cuda_configure(x4_trunk_cuda *t, const x4_trunk_opts *o, x4_err *e)
+{
+	X4_CUDA_TRY(cudaSetDevice(t->dev), "select the CUDA device", e);
+	x4_trunk_opts old = t->o;
+	int old_ctx = t->max_ctx;
+	unplan(t);
+	t->o = *o;
+	t->o.progress = old.progress;
+	t->o.progress_ctx = old.progress_ctx;
+	t->max_ctx = o->max_ctx;
+	/* What is free now is beside the resident weights: the new cache and
+	 * the narrowest chunk must fit in it, or the old plan is restored. */
+	char note[64];
+	uint64_t free_b = 0, total_b = 0;
+	int rc = usable_free(t, t->weight_bytes, &free_b, &total_b, e);
+	uint64_t cache = (uint64_t)t->c->n_block * (uint64_t)t->max_ctx * (uint64_t)t->cw * 2;
+	uint64_t need = cache + x4_cuda_ws_layout(t, X4_MIN(NARROW_CHUNK, t->max_ctx), NULL, NULL) +
+			RESERVE_BYTES;
+	if (!rc && need > free_b)
+		rc = x4_err_set(e, X4_ENOMEM, "--max-model-len %d needs a %.0f MiB cache and the "
+				"narrowest prefill chunk %.0f MiB more; %.0f MiB are free on %s%s "
+				"beside the resident weights; lower --max-model-len", t->max_ctx,
+				mib(cache), mib(need - cache), mib(free_b), t->dev_name,
+				limit_note(t, note, sizeof note));
+	if (!rc)
+		rc = plan(t, e);
+	if (!rc) {
+		x4_trunk_cuda_reset(t);
+		return 0;
+	}
+	/* Back to the plan that ran before; it fitted then. */
+	unplan(t);
+	t->o = old;
+	t->max_ctx = old_ctx;
+	x4_err e2;
+	if (plan(t, &e2)) {
+		unplan(t);
+		t->broken = true;
+	}
+	return rc;
+}
+
 void x4_trunk_cuda_free(x4_trunk_cuda *t)
 {
 	if (!t)
 		return;
-	if (t->s)
-		cudaStreamSynchronize(t->s);
-	x4_dev_free(t->work);
-	x4_dev_free(t->cache);
+	unplan(t);
 	x4_dev_free(t->weights);
-	if (t->ids_host)
-		cudaFreeHost(t->ids_host);
-	if (t->pos_host)
-		cudaFreeHost(t->pos_host);
 	if (t->next_host)
 		cudaFreeHost(t->next_host);
-	if (t->step_graph)
-		cudaGraphExecDestroy(t->step_graph);
 	x4_dev_free(t->samp);
 	if (t->s)
 		cudaStreamDestroy(t->s);
@@ -454,7 +515,6 @@ void x4_trunk_cuda_free(x4_trunk_cuda *t)
 	free(t->pr_coef);
 	free(t->pr_wts);
 	free(t->pr_sel);
-	free(t->narrow_host);
 	free(t->blk);
 	free(t);
 }
@@ -505,9 +565,14 @@ void x4_trunk_cuda_free(x4_trunk_cuda *t) { (void)t; }
 
 int x4_trunk_cuda_forward_next(x4_trunk_cuda *t, const int32_t *ids, int n,
 			       const x4_sampler_opts *so, int32_t *next, float *logit,
-			       x4_err *e)
+			       float *logits, x4_err *e)
 {
 	return x4_trunk_cuda_forward(t, ids, n, NULL, false, e);
+}
+
+int x4_trunk_cuda_configure(x4_trunk_cuda *t, const x4_trunk_opts *o, x4_err *e)
+{
+	return x4_err_set(e, X4_ECUDA, NO_CUDA);
 }
 void x4_trunk_cuda_reset(x4_trunk_cuda *t) { (void)t; }
 int x4_trunk_cuda_pos(const x4_trunk_cuda *t) { (void)t; return 0; }

@@ -97,6 +97,7 @@ struct x4_trunk_cuda {
 	cudaGraphExec_t step_graph;
 	x4_sampler_opts graph_so;
 	bool graph_failed;       /* capture refused once: stay eager */
+	bool broken;             /* a configure failed and the old plan could not return */
 	x4_prof *prof;           /* set while profiled (lib/prof_int.h), else NULL */
 };
 

@@ -339,9 +339,11 @@ static int head(fwd *f, int tk0, int n, float *logits)
 	return 0;
 }
 
-/* The device pick (argmax or the sampler) on the last row's logits, and
- * its copy to the pinned next_host. */
-static int pick_next(x4_trunk_cuda *t, const x4_sampler_opts *so, int32_t *pick, x4_err *e)
+/* The device pick (argmax or the sampler) on one row of logits (row: the
+ * device row, w.logits when the head ran for one token), and its copy to
+ * the pinned next_host. */
+static int pick_next(x4_trunk_cuda *t, const float *row, const x4_sampler_opts *so,
+		     int32_t *pick, x4_err *e)
 {
 	const x4_config *c = t->c;
 	void *ws = t->samp;
@@ -349,10 +351,10 @@ static int pick_next(x4_trunk_cuda *t, const x4_sampler_opts *so, int32_t *pick,
 	int rc;
 	x4_prof_op(t->prof, X4_PC_HEAD, "pick", 0);
 	if (so->temperature > 0 && so->top_k != 1)
-		rc = x4k_sample(c->n_vocab, t->w.logits, so->temperature, so->top_k, so->top_p,
+		rc = x4k_sample(c->n_vocab, row, so->temperature, so->top_k, so->top_p,
 				so->seed, step, pick, ws, t->samp_ws_bytes, t->s, e);
 	else
-		rc = x4k_argmax(c->n_vocab, t->w.logits, pick, ws, t->samp_ws_bytes, t->s, e);
+		rc = x4k_argmax(c->n_vocab, row, pick, ws, t->samp_ws_bytes, t->s, e);
 	if (!rc)
 		rc = x4_cuda_check(cudaMemcpyAsync(t->next_host, pick, sizeof(int32_t),
 						   cudaMemcpyDeviceToHost, t->s),
@@ -379,7 +381,7 @@ static int enqueue_step(x4_trunk_cuda *t, const x4_sampler_opts *so, int32_t *pi
 	if (!rc)
 		rc = head(&f, 0, 1, NULL);
 	if (!rc)
-		rc = pick_next(t, so, pick, e);
+		rc = pick_next(t, t->w.logits, so, pick, e);
 	return rc;
 }
 
@@ -430,16 +432,11 @@ static int run(x4_trunk_cuda *t, const int32_t *ids, int n, float *logits, bool 
 	       const x4_sampler_opts *so, int32_t *pick, x4_err *e)
 {
 	const x4_config *c = t->c;
-	if (n < 1 || !ids)
-		return x4_err_set(e, X4_EINVAL, "a forward needs at least one token");
-	if (n > t->max_ctx - t->pos)
-		return x4_err_set(e, X4_ERANGE, "the context holds %d positions: %d in use and %d "
-				  "new tokens do not fit; raise --max-model-len (or shorten the "
-				  "prompt)", t->max_ctx, t->pos, n);
-	for (int i = 0; i < n; i++)
-		if (ids[i] < 0 || ids[i] >= c->n_vocab)
-			return x4_err_set(e, X4_EINVAL, "token id %d (at %d) is outside the "
-					  "vocabulary [0, %d)", ids[i], i, c->n_vocab);
+	/* The arguments were checked by lib/trunk.c. */
+	if (t->broken)
+		return x4_err_set(e, X4_ENOMEM, "the trunk has no cache since a failed change of "
+				  "options; configure it again with options that fit");
+	const float *pick_row = t->w.logits; /* where the last position's logits land */
 	X4_CUDA_TRY(cudaSetDevice(t->dev), "select the CUDA device", e);
 	fwd f = { t, &t->w, c, t->s, 0, e };
 	int rc = 0;
@@ -465,15 +462,17 @@ static int run(x4_trunk_cuda *t, const int32_t *ids, int n, float *logits, bool 
 			rc = narrow(&f);
 		if (!rc)
 			rc = blocks(&f, last && t->probe);
-		if (!rc && logits && all_logits)
+		if (!rc && logits && all_logits) {
 			rc = head(&f, 0, T, logits + (size_t)done * (size_t)c->n_vocab);
+			pick_row = t->w.logits + (size_t)(T - 1) * (size_t)c->n_vocab;
+		}
 		else if (!rc && logits && last)
 			rc = head(&f, T - 1, 1, logits);
 		else if (!rc && pick && last)
 			rc = head(&f, T - 1, 1, NULL);
 	}
 	if (!rc && pick)
-		rc = pick_next(t, so, pick, e);
+		rc = pick_next(t, pick_row, so, pick, e);
 	/* Every kernel's own failure surfaces here, named. */
 	cudaError_t st = cudaStreamSynchronize(t->s);
 	if (rc)
@@ -516,7 +515,7 @@ static int samp_alloc(x4_trunk_cuda *t, x4_err *e)
 
 int x4_trunk_cuda_forward_next(x4_trunk_cuda *t, const int32_t *ids, int n,
 			       const x4_sampler_opts *so, int32_t *next, float *logit,
-			       x4_err *e)
+			       float *logits, x4_err *e)
 {
 	if (!t->samp) {
 		int rc = samp_alloc(t, e);
@@ -525,20 +524,27 @@ int x4_trunk_cuda_forward_next(x4_trunk_cuda *t, const int32_t *ids, int n,
 	}
 	int32_t *pick = (int32_t *)((char *)t->samp + t->samp_ws_bytes);
 	int rc = 1;
-	if (n == 1 && n <= t->max_ctx - t->pos && ids[0] >= 0 && ids[0] < t->c->n_vocab) {
+	/* With every row asked for, the step runs eagerly (the graph keeps the
+	 * logits on the device); the arithmetic and the pick are the same. */
+	if (n == 1 && !logits && !t->broken) {
 		X4_CUDA_TRY(cudaSetDevice(t->dev), "select the CUDA device", e);
 		rc = graph_step(t, ids[0], so, pick, e);
 		if (rc < 0)
 			return rc;
 	}
 	if (rc)
-		rc = run(t, ids, n, NULL, false, so, pick, e);
+		rc = run(t, ids, n, logits, logits != NULL, so, pick, e);
 	if (rc)
 		return rc;
 	*next = *t->next_host; /* run() synchronised the stream */
 	/* The picked token's logit, so that a row that is not finite (record
 	 * section 2's overflow) is an error and not a silent token 0.  One more
 	 * 4-byte copy a step; a graphed step would fold it into the pick. */
+	const x4_config *c = t->c;
+	if (logits) {
+		*logit = logits[(size_t)(n - 1) * (size_t)c->n_vocab + (size_t)*next];
+		return 0;
+	}
 	X4_CUDA_TRY(cudaMemcpy(logit, t->w.logits + *next, sizeof(float), cudaMemcpyDeviceToHost),
 		    "copy the picked token's logit to the host", e);
 	return 0;

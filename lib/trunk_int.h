@@ -38,6 +38,12 @@ struct x4_model {
 
 /* ---- the trunk backends behind lib/trunk.c ---- */
 
+/* The cache's positions for o (NULL: the defaults): o->max_ctx, else
+ * min(the trained context, X4_DEFAULT_CTX). */
+int x4_trunk_opts_ctx(const x4_model *m, const x4_trunk_opts *o);
+
+/* The options and a forward's arguments arrive checked by lib/trunk.c
+ * (max_ctx resolved). */
 typedef struct x4_trunk_cpu x4_trunk_cpu;
 int x4_trunk_cpu_create(x4_trunk_cpu **t, const x4_model *m, const x4_trunk_opts *o, x4_err *e);
 void x4_trunk_cpu_free(x4_trunk_cpu *t);
@@ -48,8 +54,9 @@ int x4_trunk_cpu_forward(x4_trunk_cpu *t, const int32_t *ids, int n, float *logi
 void x4_trunk_cpu_set_probe(x4_trunk_cpu *t, x4_probe_fn fn, void *ctx);
 
 /* The CUDA trunk (lib/trunk_cuda.c, the GPU part): the same contract as the
- * public x4_trunk_* functions; create returns X4_ECUDA in a build without
- * CUDA. */
+ * public x4_trunk_* functions, with the options and a forward's arguments
+ * already checked by lib/trunk.c (max_ctx resolved); create returns
+ * X4_ECUDA in a build without CUDA. */
 typedef struct x4_trunk_cuda x4_trunk_cuda;
 int x4_trunk_cuda_create(x4_trunk_cuda **t, const x4_model *m, const x4_trunk_opts *o,
 			 x4_err *e);
@@ -62,7 +69,10 @@ void x4_trunk_cuda_set_probe(x4_trunk_cuda *t, x4_probe_fn fn, void *ctx);
 /* Forward, then the next token picked on the device (one id read back). */
 int x4_trunk_cuda_forward_next(x4_trunk_cuda *t, const int32_t *ids, int n,
 			       const x4_sampler_opts *so, int32_t *next, float *logit,
-			       x4_err *e);
+			       float *logits, x4_err *e);
+/* New request options on the weights already resident (x4_trunk_configure;
+ * device and mem_limit unchanged, max_ctx resolved). */
+int x4_trunk_cuda_configure(x4_trunk_cuda *t, const x4_trunk_opts *o, x4_err *e);
 void x4_trunk_cuda_stats(const x4_trunk_cuda *t, x4_trunk_stats *s);
 /* The backend a trunk holds (NULL for the other), for the profiler's hooks
  * (lib/prof.c). */

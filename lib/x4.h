@@ -489,6 +489,17 @@ void x4_trunk_opts_default(x4_trunk_opts *o);
 typedef struct x4_trunk x4_trunk;
 int x4_trunk_create(x4_trunk **t, const x4_model *m, const x4_trunk_opts *o, x4_err *e);
 void x4_trunk_free(x4_trunk *t);
+/* Apply new request options (resid, prec, threads, prefill_chunk, hc_eager,
+ * kv, sublayer, no_graph, max_ctx) to a trunk without loading the weights
+ * again: the cache and the workspaces are made anew for them and the
+ * context is reset.  The load options (device, mem_limit) cannot change:
+ * X4_EINVAL names the option and says that it needs the weights reloaded.
+ * On failure the trunk is left as it was when that is possible, else
+ * unusable until a configure succeeds (every call then fails, named). */
+int x4_trunk_configure(x4_trunk *t, const x4_trunk_opts *o, x4_err *e);
+/* The options the trunk runs with now (max_ctx and prefill_chunk as given,
+ * 0 for automatic; x4_trunk_get_stats has what they resolved to). */
+const x4_trunk_opts *x4_trunk_get_opts(const x4_trunk *t);
 /* Forget the context (the cache's length drops to 0; record section 7's
  * shared-cache bug): the next forward starts at position 0. */
 void x4_trunk_reset(x4_trunk *t);
@@ -540,25 +551,127 @@ typedef struct x4_sampler_opts {
 	float top_p;        /* 1 = off */
 	uint64_t seed;
 } x4_sampler_opts;
+/* A host sampler: the device sampler's rule (kernels/sample.cu) with its own
+ * step counter, so that the same seed and logits pick the same ids on the
+ * CPU and the GPU.  Greedy (temperature 0 or top-k 1) is the argmax: NaN
+ * skipped, the lowest id on ties.  Otherwise keep the top-k by logit, then
+ * the fewest of those, highest first, whose softmax(logit / temperature)
+ * mass reaches top-p (ties with the last kept are kept), with weights in
+ * 2^-40 fixed point so every sum is exact; draw in id order with u from a
+ * counter-based hash of (seed, draws so far).  A near-tie between two
+ * candidates' cumulative mass and u can differ between devices whose logits
+ * differ in the last bits: the rule is the same, the input is not. */
 typedef struct x4_sampler x4_sampler;
 int x4_sampler_create(x4_sampler **s, const x4_sampler_opts *o, x4_err *e);
 void x4_sampler_free(x4_sampler *s);
-/* Pick a token from one row of logits [n_vocab]. */
+/* Pick a token from one row of logits [n_vocab]; a draw advances the step. */
 int32_t x4_sample(x4_sampler *s, const float *logits, int n_vocab);
 
 /* Run n tokens as x4_trunk_forward does and pick the next token from the
- * last position's logits where they are: on the GPU the pick (argmax, or
- * temperature/top-k/top-p) runs on the device and one token id is all that
- * crosses back to the host; on the CPU it is x4_sample with `smp`.  Greedy
- * picks are the same on both; sampled ones draw from the GPU's own
- * counter-based stream (seeded by so->seed), so a seed reproduces a run on
- * the same kind of device. */
+ * last position's logits where they are: on the GPU the pick runs on the
+ * device (its step counter restarts at x4_trunk_reset) and one token id is
+ * all that crosses back; on the CPU it is x4_sample with `smp` (create it
+ * per request, as the device counter restarts).  logits: NULL, or
+ * [n][n_vocab] that receives every position's logits as well (the pick is
+ * the same either way).  Logits that are not finite at the pick are
+ * X4_ENUMERIC. */
 int x4_trunk_forward_next(x4_trunk *t, const int32_t *ids, int n, x4_sampler *smp,
-			  const x4_sampler_opts *so, int32_t *next, x4_err *e);
+			  const x4_sampler_opts *so, int32_t *next, float *logits, x4_err *e);
 /* The message and code (X4_ENUMERIC) for logits that are not finite at a
  * position: the residual stream overflowed (record section 2) or a weight
  * is not finite; names x4-walk-residual as the way to find the block. */
 int x4_err_nonfinite_logits(x4_err *e, int pos);
+
+/* ===================== 7b. the generation session (lib/session.c) ===================== */
+
+/* A model opened once on the CPU or a GPU, then any number of requests run
+ * on it, one at a time.  Each request starts from a reset cache (two
+ * requests never share context: the shared-cache bug of docs/serving.md),
+ * may change the request options of x4_trunk_configure without the weights
+ * being loaded again, streams its tokens through a callback that can stop
+ * it at a token (or, in the prefill, a chunk) boundary, and returns its
+ * statistics.  x4-run, x4-walk-residual and x4-bench-abab are thin tools
+ * over it. */
+typedef struct x4_session x4_session;
+/* Open the checkpoint (mapped and bound; nothing is loaded on a device yet). */
+int x4_session_open(x4_session **s, const x4_paths *p, x4_err *e);
+/* Make the trunk: o holds the load options (device, mem_limit, progress)
+ * and the first request options; NULL for the defaults (the CPU).  On a
+ * GPU this uploads the weights.  A request on a session not loaded loads
+ * it with the request's options. */
+int x4_session_load(x4_session *s, const x4_trunk_opts *o, x4_err *e);
+void x4_session_close(x4_session *s);
+const x4_model *x4_session_model(const x4_session *s);
+/* The trunk (NULL before the load), for what a request does not cover (a probe). */
+x4_trunk *x4_session_trunk(x4_session *s);
+/* The positions a cache made with o holds: o->max_ctx, or by default
+ * min(the model's context, 4096). */
+int x4_session_ctx(const x4_session *s, const x4_trunk_opts *o);
+/* X4_ERANGE, with the numbers and the fix, when a prompt of n tokens does
+ * not fit a cache made with o (NULL: the loaded trunk's options). */
+int x4_session_check_prompt(const x4_session *s, size_t n, const x4_trunk_opts *o, x4_err *e);
+
+enum x4_stop {
+	X4_STOP_COUNT = 0,   /* the token budget was spent */
+	X4_STOP_EOS = 1,     /* the model ended its turn (<_end>) */
+	X4_STOP_CONTEXT = 2, /* the cache is full */
+	X4_STOP_CANCEL = 3,  /* a callback asked to stop */
+};
+const char *x4_stop_name(int stop); /* "count", "eos", "context", "cancel" */
+
+typedef struct x4_request {
+	/* The prompt, one of: raw ids (n_ids > 0); chat turns (n_chat > 0),
+	 * rendered with the generation prompt; else text (tokenize_flags:
+	 * X4_TOKENIZE_*).  An empty prompt is X4_EINVAL. */
+	const int32_t *ids;
+	size_t n_ids;
+	const x4_chat_msg *chat;
+	int n_chat;
+	const char *text;
+	size_t text_len;
+	unsigned tokenize_flags;
+	long max_tokens;        /* tokens to generate (0: prefill only) */
+	x4_sampler_opts sampler;
+	bool ignore_eos;        /* do not stop at <_end> */
+	/* Request options (NULL: as the session stands); see x4_trunk_configure. */
+	const x4_trunk_opts *opts;
+	/* Callbacks, each optional.  token: a generated id and its text piece
+	 * (bytes of an unfinished UTF-8 character are held back to the next
+	 * piece); nonzero stops the request after it (X4_STOP_CANCEL).
+	 * prefill: after each prefill chunk, positions done of total; nonzero
+	 * stops before the next chunk.  logits: every position's logits
+	 * [n][n_vocab] as they are made, the prompt's rows and then one per
+	 * generated token (the last generated token is fed too, so that it has
+	 * its row); a nonzero return is an error that ends the request with
+	 * the callback's message in e. */
+	int (*on_token)(void *ctx, int32_t id, const char *piece, size_t len);
+	int (*on_prefill)(void *ctx, size_t done, size_t total);
+	int (*on_logits)(void *ctx, const float *rows, int n, x4_err *e);
+	void *ctx;
+} x4_request;
+
+/* A request's statistics.  Arrays belong to the session and hold until its
+ * next request or its close. */
+typedef struct x4_gen_stats {
+	size_t n_prompt, n_gen;
+	double prefill_s;        /* the prompt's forward, wall clock */
+	double prefill_tok_s;    /* NAN when there was no prefill time */
+	double first_step_s;     /* the first decode step after the prefill, NAN if none */
+	double median_step_s;    /* the median step after the first (steady), NAN if none */
+	size_t n_steady;         /* steps after the first */
+	const double *step_s;    /* [n_steps] every decode step's seconds */
+	size_t n_steps;
+	const int32_t *tokens;   /* [n_gen] the generated ids */
+	int stop;                /* enum x4_stop */
+} x4_gen_stats;
+/* Tokenize the request's prompt as the session would (for --tokenize and
+ * for a length check); *ids is malloc'd. */
+int x4_session_tokenize(x4_session *s, const x4_request *r, int32_t **ids, size_t *n,
+			x4_err *e);
+/* Run one request.  The prompt is checked against the cache before any
+ * work (X4_ERANGE with the numbers and the fix).  A non-finite pick is
+ * X4_ENUMERIC; what was generated before it is in st. */
+int x4_session_generate(x4_session *s, const x4_request *r, x4_gen_stats *st, x4_err *e);
 
 /* ===================== 8. utilities ===================== */
 
@@ -595,6 +708,12 @@ int x4_fingerprint(const char *path, bool full, char out[17], x4_err *e);
  * header, fsyncs and renames onto path; abort() (or a failed close) removes
  * the temporary file.  Any reader of the .npy format reads the result. */
 typedef struct x4_npy x4_npy;
+/* Whether path can take the array, checked before any work: a new name
+ * in a writable folder, or an existing regular file (a symbolic link is
+ * followed: resolved receives the file that is replaced).  A folder, a
+ * device, a FIFO or a socket is refused (X4_EINVAL), as is a dangling
+ * link.  x4_npy_open applies the same check. */
+int x4_npy_check_path(const char *path, char *resolved, size_t cap, x4_err *e);
 int x4_npy_open(x4_npy **out, const char *path, int cols, x4_err *e);
 /* Append n rows of cols floats each. */
 int x4_npy_append(x4_npy *w, const float *rows, int n, x4_err *e);

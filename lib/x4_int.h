@@ -12,6 +12,10 @@
 #define X4_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 #define X4_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define X4_MAX(a, b) ((a) > (b) ? (a) : (b))
+/* The cache's positions when --max-model-len is not given: min(the trained
+ * context, this).  4096 covers every test and benchmark prompt while a
+ * full-size cache (46,080 bytes a position) stays under 200 MiB. */
+#define X4_DEFAULT_CTX 4096
 
 /* malloc that records X4_ENOMEM with what it was for. */
 void *x4_alloc(size_t n, const char *what, x4_err *e);
@@ -54,5 +58,10 @@ static inline uint64_t x4_xoshiro_next(uint64_t s[4])
 	s[3] = x4_rotl64(s[3], 45);
 	return r;
 }
+
+/* The sampler's option check, shared by the host sampler and the session. */
+int x4_sampler_check(const x4_sampler_opts *o, x4_err *e);
+/* Greedy: temperature 0 or top-k 1 (the argmax, no draw). */
+bool x4_sampler_greedy(const x4_sampler_opts *o);
 
 #endif

@@ -292,6 +292,13 @@ double x4r_rng_uniform(uint64_t seed, uint64_t counter);
 /* x4k_sample's rule in double.  kept (optional, [n_vocab]) marks the kept set. */
 int32_t x4r_sample(int n_vocab, const float *logits, float temperature, int top_k,
 		   float top_p, uint64_t seed, uint64_t counter, unsigned char *kept);
+/* The same rule over a caller's scratch of x4r_sample_scratch_bytes(n_vocab)
+ * bytes: the host sampler (lib/sample.c) draws with it, so the CPU and the
+ * GPU pick by one rule.  Returns -1 (x4r_sample only) when out of memory. */
+size_t x4r_sample_scratch_bytes(int n_vocab);
+int32_t x4r_sample_ws(int n_vocab, const float *logits, float temperature, int top_k,
+		      float top_p, uint64_t seed, uint64_t counter, unsigned char *kept,
+		      void *scratch);
 
 /* ============ 3. ref: plain-C references (lib/ref/) ============ */
 /* Obvious loops with double accumulators over weights dequantized by

@@ -206,11 +206,23 @@ static void test_sampler(void)
 	}
 	T_OK(ok, "sampler: top-k keeps the k best", "drew outside {1, 3}");
 	x4_sampler_free(a);
+	/* A tiny top-p keeps the best, and every token tied with the last one
+	 * kept (the device's rule): ids 1 and 3 tie at 3 here. */
 	o = (x4_sampler_opts){ .temperature = 1, .top_k = 0, .top_p = 0.01f, .seed = 7 };
 	x4_sampler_create(&a, &o, &e);
 	ok = 1;
+	int n1 = 0;
+	for (int i = 0; i < 200; i++) {
+		int32_t x = x4_sample(a, l, 6);
+		ok &= x == 1 || x == 3;
+		n1 += x == 1;
+	}
+	T_OK(ok && n1 > 0 && n1 < 200, "sampler: top-p keeps the tied best",
+	     "drew outside {1, 3} or only one of them (%d of 200 were 1)", n1);
+	float one[6] = { 1, 3, 2, 2.5f, -1, 0 };
+	ok = 1;
 	for (int i = 0; i < 200; i++)
-		ok &= x4_sample(a, l, 6) == 1;
+		ok &= x4_sample(a, one, 6) == 1;
 	T_OK(ok, "sampler: top-p keeps at least one", "tiny top-p drew other than the best");
 	x4_sampler_free(a);
 	o.top_p = 1.5f;

@@ -164,4 +164,91 @@ check run.sigint.exit $((rc != 130)) "exit $rc, want 130"
 check run.sigint.text $(( $(wc -c <"$tmp/out") < 2 )) "stdout has $(wc -c <"$tmp/out") bytes"
 grep -q 'stop: interrupt' "$tmp/err"; check run.sigint.stats $? "stderr: $(tail -c 300 "$tmp/err")"
 
+# ---- what a hostile pass found (each of these failed before its fix) ----
+
+# --dump-logits never destroys what is at PATH: a device, a folder, a FIFO
+# are refused before any work; a symbolic link is followed, the link kept.
+for target in /dev/null "$tmp" ; do
+	t0=$SECONDS
+	"$RUN" -n 4 -s 1 --dump-logits "$target" </dev/null >/dev/null 2>"$tmp/err"; rc=$?
+	grep -q "is a \(device\|directory\)" "$tmp/err"; ok=$?
+	check "run.dump.refuse[$target]" $((rc != 1 || ok != 0)) "exit $rc: $(head -c 300 "$tmp/err")"
+done
+[ -c /dev/null ]; check run.dump.dev_null_intact $? "/dev/null is no longer a device"
+mkfifo "$tmp/fifo"
+timeout 20 "$RUN" -n 4 -s 1 --dump-logits "$tmp/fifo" </dev/null >/dev/null 2>"$tmp/err"; rc=$?
+check run.dump.refuse_fifo $((rc != 1)) "exit $rc: $(head -c 300 "$tmp/err")"
+: >"$tmp/real.npy"; ln -s "$tmp/real.npy" "$tmp/link.npy"
+"$RUN" -n 3 --ignore-eos --dump-logits "$tmp/link.npy" </dev/null >/dev/null 2>"$tmp/err"; rc=$?
+[ "$rc" = 0 ] && [ -L "$tmp/link.npy" ] && [ "$(stat -c %s "$tmp/real.npy")" -gt 128 ]
+check run.dump.follows_symlink $? "exit $rc, link $(ls -l "$tmp/link.npy"), $(head -c 200 "$tmp/err")"
+"$RUN" -n 3 --dump-logits "$tmp/no/such/dir/x.npy" </dev/null >/dev/null 2>"$tmp/err"; rc=$?
+grep -q "does not exist" "$tmp/err"; ok=$?
+check run.dump.missing_folder_first $((rc != 1 || ok != 0)) "exit $rc: $(head -c 300 "$tmp/err")"
+
+# A failed write to stdout is a failure (exit 1, a message), never "generated".
+for args in "-n 50 -s 1" "-n 5 -s 1 --json" "--tokenize -p hello"; do
+	# shellcheck disable=SC2086
+	"$RUN" $args </dev/null >/dev/full 2>"$tmp/err"; rc=$?
+	grep -q "writing to stdout failed" "$tmp/err"; ok=$?
+	check "run.stdout_full[$args]" $((rc != 1 || ok != 0)) "exit $rc: $(head -c 300 "$tmp/err")"
+done
+# With SIGPIPE ignored a reader that goes away ends the run at once.
+t0=$(date +%s)
+(trap '' PIPE; "$RUN" -n 100000 --ignore-eos </dev/null 2>"$tmp/err" | head -c 20 >/dev/null); rc=${PIPESTATUS[0]}
+dt=$(( $(date +%s) - t0 ))
+grep -q "writing to stdout failed" "$tmp/err"; ok=$?
+check run.epipe_stops $((ok != 0 || dt > 20)) "after ${dt}s: $(head -c 300 "$tmp/err")"
+
+# SIGTERM and SIGHUP during a dump: 128+N at a token boundary, the rows of
+# what was generated written whole, no temporary file left.
+for sig in TERM HUP; do
+	"$RUN" -n 100000 --ignore-eos --dump-logits "$tmp/sig.npy" </dev/null >"$tmp/out" 2>"$tmp/err" &
+	pid=$!
+	for _ in $(seq 100); do [ "$(wc -c <"$tmp/out")" -gt 0 ] && break; sleep 0.2; done
+	kill -"$sig" "$pid"; wait "$pid"; rc=$?
+	want=$(( 128 + $(kill -l "$sig") ))
+	left=$(ls "$tmp"/sig.npy.tmp.* 2>/dev/null | wc -l)
+	check "run.signal_cleanup[$sig]" $((rc != want || left != 0)) "exit $rc (want $want), $left files left"
+	rm -f "$tmp/sig.npy"
+done
+
+# A prompt longer than the default context is a context error that names
+# the default, before any logits are allocated; the hint is said once.
+python3 -c 'print("word " * 6000)' >"$tmp/long.txt"
+"$RUN" -f "$tmp/long.txt" -n 4 </dev/null >/dev/null 2>"$tmp/err"; rc=$?
+grep -q "the prompt is [0-9]* tokens and the cache holds 4096 positions" "$tmp/err"; ok=$?
+n_hint=$(grep -o "max-model-len" "$tmp/err" | wc -l)
+check run.long_prompt_is_context $((rc != 1 || ok != 0)) "exit $rc: $(head -c 400 "$tmp/err")"
+check run.hint_once $((n_hint > 2)) "$(head -c 400 "$tmp/err")"
+
+# Ctrl-C during a long prefill is honoured at the next chunk.
+python3 -c 'print("word " * 3000)' >"$tmp/mid.txt"
+"$RUN" -f "$tmp/mid.txt" -n 4 --threads 1 </dev/null >/dev/null 2>"$tmp/err" &
+pid=$!
+sleep 1.5
+t0=$(date +%s.%N)
+kill -INT "$pid"; wait "$pid"; rc=$?
+dt=$(python3 -c "print(round($(date +%s.%N) - $t0, 2))")
+check run.sigint_in_prefill $(python3 -c "print(0 if $rc == 130 and $dt < 3 else 1)") "exit $rc after ${dt}s"
+
+# The stats line does not claim a graph or a gate on the CPU; --gpu-memory
+# on the CPU is refused as usage.
+"$RUN" -n 2 </dev/null >/dev/null 2>"$tmp/err"
+grep -q "hc n/a, graph n/a" "$tmp/err"; check run.cpu_stats_no_graph $? "$(head -c 300 "$tmp/err")"
+"$RUN" -n 2 --gpu-memory 1G </dev/null >/dev/null 2>"$tmp/err"; rc=$?
+check run.gpu_memory_on_cpu $((rc != 2)) "exit $rc: $(head -c 200 "$tmp/err")"
+
+# The trailing newline of stdin (echo) is not part of the prompt.
+a=$("$RUN" --tokenize -p "hello there")
+b=$(echo "hello there" | "$RUN" --tokenize)
+check run.stdin_newline_dropped $([ "$a" = "$b" ]; echo $?) "'$a' vs '$b'"
+
+# One sampling rule: the same seed gives the same tokens with and without
+# --dump-logits (the dump used to switch the pick to another rule).
+"$RUN" -p "Once upon" -n 16 --ignore-eos --temperature 0.9 --top-k 50 --top-p 0.95 -s 7 --json \
+	--dump-logits "$tmp/d.npy" >"$tmp/s4" 2>/dev/null
+a=$(jget "$tmp/s1" tokens); d=$(jget "$tmp/s4" tokens)
+check run.seed.same_with_dump $([ -n "$a" ] && [ "$a" = "$d" ]; echo $?) "'$a' vs '$d'"
+
 exit 0

@@ -109,8 +109,15 @@ static int cmp_kw(const void *a, const void *b)
 
 #define FIX 1099511627776.0f /* 2^40: the kernel's fixed point */
 
-int32_t x4r_sample(int n_vocab, const float *logits, float temperature, int top_k,
-		   float top_p, uint64_t seed, uint64_t counter, unsigned char *kept)
+size_t x4r_sample_scratch_bytes(int n_vocab)
+{
+	return (size_t)(n_vocab > 0 ? n_vocab : 1) *
+	       (sizeof(uint32_t) + sizeof(struct kw) + sizeof(float));
+}
+
+int32_t x4r_sample_ws(int n_vocab, const float *logits, float temperature, int top_k,
+		      float top_p, uint64_t seed, uint64_t counter, unsigned char *kept,
+		      void *scratch)
 {
 	if (temperature == 0 || top_k == 1) {
 		int32_t id = x4r_argmax(n_vocab, logits);
@@ -120,15 +127,9 @@ int32_t x4r_sample(int n_vocab, const float *logits, float temperature, int top_
 		}
 		return id;
 	}
-	uint32_t *keys = malloc(sizeof *keys * (size_t)n_vocab);  /* [n_vocab] */
-	struct kw *kw = malloc(sizeof *kw * (size_t)n_vocab);      /* [n_vocab] */
-	float *z = malloc(sizeof *z * (size_t)n_vocab);            /* [n_vocab] */
-	if (!keys || !kw || !z) {
-		free(keys);
-		free(kw);
-		free(z);
-		return -1;
-	}
+	struct kw *kw = scratch;                                   /* [n_vocab] */
+	uint32_t *keys = (uint32_t *)(kw + n_vocab);                /* [n_vocab] */
+	float *z = (float *)(keys + n_vocab);                       /* [n_vocab] */
 	float mx = -INFINITY;
 	int nv = 0;
 	for (int i = 0; i < n_vocab; i++) {
@@ -137,6 +138,17 @@ int32_t x4r_sample(int n_vocab, const float *logits, float temperature, int top_
 			mx = z[i] > mx ? z[i] : mx;
 			keys[nv++] = z_key(z[i]);
 		}
+	}
+	/* A largest z that is not finite (an infinite logit, every logit -inf,
+	 * or a temperature so small that logit / T overflows) leaves no
+	 * softmax: the pick is certain, the argmax of the logits. */
+	if (!isfinite(mx)) {
+		int32_t id = x4r_argmax(n_vocab, logits);
+		if (kept) {
+			memset(kept, 0, (size_t)n_vocab);
+			kept[id] = 1;
+		}
+		return id;
 	}
 	uint32_t kmin = 0;
 	if (top_k > 0 && top_k < nv) {
@@ -190,9 +202,18 @@ int32_t x4r_sample(int n_vocab, const float *logits, float temperature, int top_
 			}
 		}
 	}
-	free(keys);
-	free(kw);
-	free(z);
+	return id;
+}
+
+int32_t x4r_sample(int n_vocab, const float *logits, float temperature, int top_k,
+		   float top_p, uint64_t seed, uint64_t counter, unsigned char *kept)
+{
+	void *ws = malloc(x4r_sample_scratch_bytes(n_vocab));
+	if (!ws)
+		return -1;
+	int32_t id = x4r_sample_ws(n_vocab, logits, temperature, top_k, top_p, seed, counter,
+				   kept, ws);
+	free(ws);
 	return id;
 }
 
