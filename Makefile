@@ -115,6 +115,35 @@ build/fuzz_gguf: tests/fuzz_gguf.c $(FUZZ_SRC) $(wildcard lib/gguf*.h) lib/x4.h 
 	clang -g -O1 -std=c11 -D_GNU_SOURCE -Ilib -fsanitize=fuzzer,address,undefined \
 	  tests/fuzz_gguf.c $(FUZZ_SRC) -o $@ -lm
 
+# ---- x4-profile: CUPTI and zlib ----------------------------------------------
+# CUPTI ships with the CUDA Toolkit beside cudart (lib64/, lib/, or
+# extras/CUPTI/); zlib compresses a .gz trace.  Without either, x4-profile is
+# built anyway and refuses --device cuda:N (or a .gz trace) with a message.
+CUPTI_LIBDIR := $(if $(NVCC),$(firstword $(foreach d,lib64 lib extras/CUPTI/lib64 extras/CUPTI/lib,\
+  $(if $(wildcard $(CUDA_HOME)/$(d)/libcupti.so),$(CUDA_HOME)/$(d)))))
+CUPTI_INC := $(if $(CUPTI_LIBDIR),$(firstword $(foreach d,include extras/CUPTI/include,\
+  $(if $(wildcard $(CUDA_HOME)/$(d)/cupti.h),$(CUDA_HOME)/$(d)))))
+HAVE_ZLIB := $(shell printf '\043include <zlib.h>\n' | $(CC) -E - >/dev/null 2>&1 && echo yes)
+PROF_LIBS :=
+PROF_SKIPPED :=
+ifneq ($(CUPTI_INC),)
+  build/lib/prof_cupti.o: CFLAGS += -DX4_HAVE_CUPTI -I$(CUPTI_INC)
+  PROF_LIBS += -L$(CUPTI_LIBDIR) -Wl,-rpath,$(CUPTI_LIBDIR) -lcupti
+else
+  PROF_SKIPPED += CUPTI (x4-profile --device cuda:N)
+endif
+ifeq ($(HAVE_ZLIB),yes)
+  build/lib/trace.o: CFLAGS += -DX4_HAVE_ZLIB
+  PROF_LIBS += -lz
+else
+  PROF_SKIPPED += zlib (x4-profile --trace FILE.gz; apt-get install zlib1g-dev)
+endif
+bin/x4-profile build/tests/test_prof: LDLIBS += $(PROF_LIBS)
+all: prof-note
+.PHONY: prof-note
+prof-note: $(TOOLS)
+	@$(if $(strip $(PROF_SKIPPED)),echo "x4: not found at build time and so skipped: $(strip $(PROF_SKIPPED))",:)
+
 # What the build decided about CUDA, for tests/run.sh.
 print-nvcc:
 	@echo $(NVCC)

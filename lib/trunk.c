@@ -263,3 +263,6 @@ int x4_trunk_get_stats(const x4_trunk *t, x4_trunk_stats *s)
 	snprintf(s->device, sizeof s->device, "cpu");
 	return 0;
 }
+
+x4_trunk_cpu *x4_trunk_cpu_part(x4_trunk *t) { return t->cpu; }
+x4_trunk_cuda *x4_trunk_cuda_part(x4_trunk *t) { return t->cuda; }

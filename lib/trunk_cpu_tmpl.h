@@ -21,6 +21,7 @@
  * does not depend on the thread count, and a decode step computes each
  * token exactly as the prefill of a chunk does.
  */
+#include "prof_int.h"
 #include "trunk_int.h"
 
 #include <math.h>
@@ -528,7 +529,11 @@ static void FN(mla)(x4_trunk_cpu *t, FN(ws) *w, int b, int p0, int T)
 		{ bw->attn_q_a, 0, c->q_lora, D, T, w->xh, (size_t)D, w->cq, (size_t)c->q_lora },
 		{ bw->attn_kv_a_mqa, 0, cw, D, T, w->xh, (size_t)D, w->kva, (size_t)cw },
 	};
+	x4_prof_op(t->prof, X4_PC_ATTN, "attn_q_a_kv_a",
+		   bw->attn_q_a->nbytes + bw->attn_kv_a_mqa->nbytes);
 	FN(mm_run)(t, ja, 2);
+	x4_prof_op(t->prof, X4_PC_ATTN, "attn_norm_rope_store",
+		   bw->attn_q_a_norm->nbytes + bw->attn_kv_a_norm->nbytes);
 	for (int tk = 0; tk < T; tk++) {
 		REAL *cq = w->cq + (size_t)tk * c->q_lora, *kv = w->kva + (size_t)tk * cw;
 		FN(rmsnorm)(cq, cq, bw->attn_q_a_norm->data, c->q_lora, c->rms_eps);
@@ -538,7 +543,9 @@ static void FN(mla)(x4_trunk_cpu *t, FN(ws) *w, int b, int p0, int T)
 		for (int j = 0; j < cw; j++)
 			dst[j] = t->kv16 ? (REAL)x4_f16_to_f32(x4_f32_to_f16((float)kv[j])) : kv[j];
 	}
+	x4_prof_op(t->prof, X4_PC_ATTN, "attn_q_b", bw->attn_q_b->nbytes);
 	FN(mm)(t, bw->attn_q_b, w->cq, (size_t)c->q_lora, T, w->q, (size_t)nh * dqk);
+	x4_prof_op(t->prof, X4_PC_ATTN, "attn_rope_absorb_q", bw->attn_k_b->nbytes);
 	FN(mm_job) jk[nh];
 	for (int h = 0; h < nh; h++) {
 		for (int tk = 0; tk < T; tk++) {
@@ -554,13 +561,16 @@ static void FN(mla)(x4_trunk_cpu *t, FN(ws) *w, int b, int p0, int T)
 	/* Decode has one token: split its heads so every worker has some. */
 	int G = T >= t->nthr ? nh : X4_MAX(1, nh / t->nthr);
 	struct FN(att_ctx) a = { t, w, b, p0, G, (nh + G - 1) / G, (REAL)c->kq_scale };
+	x4_prof_op_cache(t->prof, X4_PC_ATTN, "attn_attend", (uint64_t)cw * sizeof(REAL), p0 + T);
 	x4_pool_run(t->pool, (int64_t)T * a.ng, FN(att_task), &a);
 	FN(mm_job) jv[nh];
 	for (int h = 0; h < nh; h++)
 		jv[h] = (FN(mm_job)){ bw->attn_v_b, (uint64_t)h * c->d_v, c->d_v, kvl, T,
 				      w->ob + (size_t)h * kvl, (size_t)nh * kvl,
 				      w->o + (size_t)h * c->d_v, (size_t)nh * c->d_v };
+	x4_prof_op(t->prof, X4_PC_ATTN, "attn_expand_v", bw->attn_v_b->nbytes);
 	FN(mm_run)(t, jv, nh);
+	x4_prof_op(t->prof, X4_PC_ATTN, "attn_output", bw->attn_output->nbytes);
 	FN(mm)(t, bw->attn_output, w->o, (size_t)nh * c->d_v, T, w->y, (size_t)D);
 }
 
@@ -582,9 +592,12 @@ static void FN(dense)(x4_trunk_cpu *t, FN(ws) *w, int b, int T)
 		{ bw->ffn_gate, 0, nf, D, T, w->xh, (size_t)D, w->g, (size_t)F },
 		{ bw->ffn_up, 0, nf, D, T, w->xh, (size_t)D, w->u, (size_t)F },
 	};
+	x4_prof_op(t->prof, X4_PC_DENSE, "ffn_gate_up", bw->ffn_gate->nbytes + bw->ffn_up->nbytes);
 	FN(mm_run)(t, j, 2);
+	x4_prof_op(t->prof, X4_PC_DENSE, "ffn_swiglu", 0);
 	for (int tk = 0; tk < T; tk++)
 		FN(swiglu)(w->g + (size_t)tk * F, w->u + (size_t)tk * F, (size_t)nf);
+	x4_prof_op(t->prof, X4_PC_DENSE, "ffn_down", bw->ffn_down->nbytes);
 	FN(mm)(t, bw->ffn_down, w->g, (size_t)F, T, w->y, (size_t)D);
 }
 
@@ -594,6 +607,8 @@ static void FN(moe)(x4_trunk_cpu *t, FN(ws) *w, int b, int T)
 	const x4_block_w *bw = &t->m->blk[b];
 	int D = c->n_embd, E = c->n_expert, k = c->n_expert_used, Fe = c->n_ff_exp, F = w->F;
 	const float *bias = bw->exp_probs_b->data;
+	x4_prof_op(t->prof, X4_PC_ROUTER, "moe_router",
+		   bw->ffn_gate_inp->nbytes + bw->exp_probs_b->nbytes);
 	FN(mm)(t, bw->ffn_gate_inp, w->xh, (size_t)D, T, w->rl, (size_t)E);
 	memset(w->cnt, 0, sizeof(int) * (size_t)(E + 1));
 	for (int tk = 0; tk < T; tk++) {
@@ -610,6 +625,7 @@ static void FN(moe)(x4_trunk_cpu *t, FN(ws) *w, int b, int T)
 			w->cnt[sel[j]]++;
 		}
 	}
+	x4_prof_op(t->prof, X4_PC_ROUTER, "moe_route", 0);
 	w->off[0] = 0;
 	for (int e = 0; e < E; e++)
 		w->off[e + 1] = w->off[e] + w->cnt[e];
@@ -645,11 +661,32 @@ static void FN(moe)(x4_trunk_cpu *t, FN(ws) *w, int b, int T)
 		j2[n2++] = (FN(mm_job)){ bw->ffn_down_shexp, 0, D, nsh, T, w->g, (size_t)F, w->y,
 					 (size_t)D };
 	}
-	FN(mm_run)(t, j1, n1);
+	/* Profiled, the shared expert's products are dispatched apart so that
+	 * they are timed apart (the split never changes a result). */
+	int used = n2 - sh, n1r = n1 - 2 * sh;
+	bool split = t->prof && sh;
+	x4_prof_op(t->prof, X4_PC_EXPERTS, "moe_experts_gate_up",
+		   (bw->ffn_gate_exps->nbytes + bw->ffn_up_exps->nbytes) / (uint64_t)E * (uint64_t)used);
+	FN(mm_run)(t, j1, split ? n1r : n1);
+	if (split) {
+		x4_prof_op(t->prof, X4_PC_SHARED, "ffn_gate_up",
+			   bw->ffn_gate_shexp->nbytes + bw->ffn_up_shexp->nbytes);
+		FN(mm_run)(t, j1 + n1r, 2);
+	}
+	x4_prof_op(t->prof, X4_PC_EXPERTS, "moe_experts_swiglu", 0);
 	FN(swiglu)(w->ge, w->ue, (size_t)w->off[E] * Fe);
+	if (sh)
+		x4_prof_op(t->prof, X4_PC_SHARED, "ffn_swiglu", 0);
 	for (int tk = 0; sh && tk < T; tk++)
 		FN(swiglu)(w->g + (size_t)tk * F, w->u + (size_t)tk * F, (size_t)nsh);
-	FN(mm_run)(t, j2, n2);
+	x4_prof_op(t->prof, X4_PC_EXPERTS, "moe_experts_down",
+		   bw->ffn_down_exps->nbytes / (uint64_t)E * (uint64_t)used);
+	FN(mm_run)(t, j2, split ? n2 - 1 : n2);
+	if (split) {
+		x4_prof_op(t->prof, X4_PC_SHARED, "ffn_down", bw->ffn_down_shexp->nbytes);
+		FN(mm_run)(t, j2 + n2 - 1, 1);
+	}
+	x4_prof_op(t->prof, X4_PC_EXPERTS, "moe_sum", 0);
 	/* Routed terms in ascending expert id (spec 6.7), then the shared one. */
 	memset(w->acc, 0, sizeof(REAL) * (size_t)T * D);
 	for (int r = 0; r < w->off[E]; r++) {
@@ -702,6 +739,7 @@ static void FN(head)(x4_trunk_cpu *t, FN(ws) *w, int tk0, int T, float *logits)
 {
 	const x4_config *c = t->c;
 	int hc = c->n_hc, D = c->n_embd, V = c->n_vocab;
+	x4_prof_op(t->prof, X4_PC_HEAD, "head_norm", t->m->output_norm->nbytes);
 	for (int tk = 0; tk < T; tk++) {
 		const REAL *H = w->H + (size_t)(tk0 + tk) * hc * D;
 		REAL *hb = w->x + (size_t)tk * D;
@@ -713,6 +751,7 @@ static void FN(head)(x4_trunk_cpu *t, FN(ws) *w, int tk0, int T, float *logits)
 		}
 		FN(rmsnorm)(w->hn + (size_t)tk * D, hb, t->m->output_norm->data, D, c->rms_eps);
 	}
+	x4_prof_op(t->prof, X4_PC_HEAD, "head_logits", t->m->output->nbytes);
 #if REAL_IS_FLOAT
 	FN(mm)(t, t->m->output, w->hn, (size_t)D, T, logits, (size_t)V);
 #else
@@ -730,6 +769,8 @@ void FN(x4_cpu_forward)(x4_trunk_cpu *t, const int32_t *ids, int n, float *logit
 	for (int done = 0; done < n; done += w->T) {
 		int T = X4_MIN(w->T, n - done), p0 = t->pos + done;
 		bool last = done + T == n;
+		x4_prof_op(t->prof, X4_PC_EMBED, "embed",
+			   t->m->token_embd->nbytes / (uint64_t)c->n_vocab * (uint64_t)T);
 		for (int tk = 0; tk < T; tk++) {
 			const REAL *e = FN(row)(t, 0, t->m->token_embd, (uint64_t)ids[done + tk]);
 			REAL *H = w->H + (size_t)tk * hc * D;
@@ -747,16 +788,21 @@ void FN(x4_cpu_forward)(x4_trunk_cpu *t, const int32_t *ids, int n, float *logit
 		bool probe = last && t->probe;
 		for (int b = 0; b < c->n_block; b++) {
 			const x4_block_w *bw = &t->m->blk[b];
+			x4_prof_op(t->prof, X4_PC_HC, "hc_attn_gate", bw->hc_attn_fn->nbytes);
 			FN(hc_pre)(t, w, T, bw->hc_attn_fn, bw->hc_attn_base, bw->hc_attn_scale);
+			x4_prof_op(t->prof, X4_PC_NORM, "attn_norm", bw->attn_norm->nbytes);
 			for (int tk = 0; tk < T; tk++)
 				FN(rmsnorm)(w->xh + (size_t)tk * D, w->x + (size_t)tk * D,
 					    bw->attn_norm->data, D, c->rms_eps);
 			FN(narrow_sub)(t, w->xh, (size_t)T * D);
 			FN(mla)(t, w, b, p0, T);
+			x4_prof_op(t->prof, X4_PC_HC, "hc_update", 0);
 			FN(hc_post)(t, w, T);
 			if (probe)
 				FN(probe)(t, w, b, 0, T - 1);
+			x4_prof_op(t->prof, X4_PC_HC, "hc_ffn_gate", bw->hc_ffn_fn->nbytes);
 			FN(hc_pre)(t, w, T, bw->hc_ffn_fn, bw->hc_ffn_base, bw->hc_ffn_scale);
+			x4_prof_op(t->prof, X4_PC_NORM, "ffn_norm", bw->ffn_norm->nbytes);
 			for (int tk = 0; tk < T; tk++)
 				FN(rmsnorm)(w->xh + (size_t)tk * D, w->x + (size_t)tk * D,
 					    bw->ffn_norm->data, D, c->rms_eps);
@@ -765,6 +811,7 @@ void FN(x4_cpu_forward)(x4_trunk_cpu *t, const int32_t *ids, int n, float *logit
 				FN(moe)(t, w, b, T);
 			else
 				FN(dense)(t, w, b, T);
+			x4_prof_op(t->prof, X4_PC_HC, "hc_update", 0);
 			FN(hc_post)(t, w, T);
 			if (probe)
 				FN(probe)(t, w, b, 1, T - 1);
@@ -774,6 +821,7 @@ void FN(x4_cpu_forward)(x4_trunk_cpu *t, const int32_t *ids, int n, float *logit
 		else if (logits && last)
 			FN(head)(t, w, T - 1, 1, logits);
 	}
+	x4_prof_end(t->prof);
 }
 
 #undef LANES

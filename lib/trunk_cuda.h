@@ -98,6 +98,7 @@ struct x4_trunk_cuda {
 	x4_sampler_opts graph_so;
 	bool graph_failed;       /* capture refused once: stay eager */
 	bool broken;             /* a configure failed and the old plan could not return */
+	x4_prof *prof;           /* set while profiled (lib/prof_int.h), else NULL */
 };
 
 /* Bytes of the workspace for chunks of up to T tokens; with base set, also

@@ -19,6 +19,7 @@
 #include "trunk_cuda.h"
 
 #ifdef X4_HAVE_CUDA
+#include "prof_int.h"
 
 typedef struct fwd {
 	x4_trunk_cuda *t;
@@ -36,6 +37,21 @@ static int mm(const fwd *f, const x4_gguf_tensor *hw, const void *dw, const floa
 	if (f->T == 1)
 		return x4k_gemv(hw->type, dw, n, k, x, y, f->s, f->e);
 	return x4k_gemm(hw->type, dw, n, k, f->T, x, y, f->s, f->e);
+}
+
+/* The profiler's mark of the operation enqueued next (lib/prof_int.h); 0,
+ * so that it sits in a chain of calls. */
+static int mark(const fwd *f, int cls, const char *label, uint64_t bytes)
+{
+	x4_prof_op(f->t->prof, cls, label, bytes);
+	return 0;
+}
+
+/* One whose two kernels read b0 and b1. */
+static int mark2(const fwd *f, int cls, const char *label, uint64_t b0, uint64_t b1)
+{
+	x4_prof_op2(f->t->prof, cls, label, b0, b1);
+	return 0;
 }
 
 static void swap_streams(x4_cuda_ws *w)
@@ -101,6 +117,7 @@ static int gate(const fwd *f, const void *fn, const void *base, const void *scal
 static int update(const fwd *f, const float *coef)
 {
 	x4_cuda_ws *w = f->w;
+	mark(f, X4_PC_HC, "hc_update", 0);
 	int rc = x4k_hc_post(&f->t->hc, f->T, coef, w->y, w->H, w->Hn, f->s, f->e);
 	if (rc)
 		return rc;
@@ -153,39 +170,55 @@ static int mla(const fwd *f, int b)
 	uint16_t *cache = t->cache + (size_t)b * (size_t)t->max_ctx * (size_t)cw;
 	float eps = c->rms_eps;
 	int rc;
-	if ((rc = mm(f, hw->attn_q_a, d->attn_q_a, w->xh, w->cq)) ||
+	if ((rc = mark(f, X4_PC_ATTN, "attn_q_a", hw->attn_q_a->nbytes)) ||
+	    (rc = mm(f, hw->attn_q_a, d->attn_q_a, w->xh, w->cq)) ||
+	    (rc = mark(f, X4_PC_ATTN, "attn_kv_a", hw->attn_kv_a_mqa->nbytes)) ||
 	    (rc = mm(f, hw->attn_kv_a_mqa, d->attn_kv_a_mqa, w->xh, w->kva)) ||
+	    (rc = mark(f, X4_PC_ATTN, "attn_q_a_norm", hw->attn_q_a_norm->nbytes)) ||
 	    (rc = x4k_rmsnorm(T, c->q_lora, w->cq, c->q_lora, d->attn_q_a_norm, eps, w->cq,
 			      c->q_lora, f->s, f->e)) ||
+	    (rc = mark(f, X4_PC_ATTN, "attn_kv_store", hw->attn_kv_a_norm->nbytes)) ||
 	    (rc = x4k_kv_store(T, kvl, dr, w->kva, d->attn_kv_a_norm, eps, w->omega, w->pos, cache,
 			       t->max_ctx, f->s, f->e)) ||
+	    (rc = mark(f, X4_PC_ATTN, "attn_q_b", hw->attn_q_b->nbytes)) ||
 	    (rc = mm(f, hw->attn_q_b, d->attn_q_b, w->cq, w->q)) ||
+	    (rc = mark(f, X4_PC_ATTN, "attn_rope", 0)) ||
 	    (rc = x4k_rope(T, nh, dr, w->q + c->d_nope, (long)nh * c->d_qk, c->d_qk, w->qt + kvl,
 			   (long)nh * cw, cw, w->omega, w->pos, f->s, f->e)) ||
+	    (rc = mark(f, X4_PC_ATTN, "attn_absorb_q", hw->attn_k_b->nbytes)) ||
 	    (rc = x4k_mla_absorb_q(T, nh, kvl, c->d_nope, dr, d->attn_k_b, w->q, w->qt, f->s,
 				   f->e)))
 		return rc;
+	/* The cache rows [0, chunk position + T) of this layer, fp16. */
+	x4_prof_op_cache(t->prof, X4_PC_ATTN, T == 1 ? "attn_decode" : "attn_prefill",
+			 (uint64_t)cw * sizeof(uint16_t), *t->pos_host + T);
 	if (T == 1)
 		rc = x4k_mla_decode(nh, kvl, dr, w->qt, cache, t->max_ctx, w->pos, c->kq_scale, w->ob,
 				    w->att_ws, w->att_ws_bytes, f->s, f->e);
 	else
 		rc = x4k_mla_prefill(T, nh, kvl, dr, w->qt, cache, t->max_ctx, w->pos, c->kq_scale,
 				     w->ob, f->s, f->e);
-	if (rc || (rc = x4k_mla_expand_v(T, nh, kvl, c->d_v, d->attn_v_b, w->ob, w->o, f->s, f->e)))
+	if (rc || (rc = mark(f, X4_PC_ATTN, "attn_expand_v", hw->attn_v_b->nbytes)) ||
+	    (rc = x4k_mla_expand_v(T, nh, kvl, c->d_v, d->attn_v_b, w->ob, w->o, f->s, f->e)))
 		return rc;
+	mark(f, X4_PC_ATTN, "attn_output", hw->attn_output->nbytes);
 	return mm(f, hw->attn_output, d->attn_output, w->o, w->y);
 }
 
-/* down(silu(gate x) * up x), the product fp32 (spec 7.4), into out. */
-static int swiglu_ffn(const fwd *f, const x4_gguf_tensor *hg, const void *dg,
+/* down(silu(gate x) * up x), the product fp32 (spec 7.4), into out; cls
+ * is the profiler's class (dense FFN or shared expert). */
+static int swiglu_ffn(const fwd *f, int cls, const x4_gguf_tensor *hg, const void *dg,
 		      const x4_gguf_tensor *hu, const void *du, const x4_gguf_tensor *hd,
 		      const void *dd, float *out)
 {
 	x4_cuda_ws *w = f->w;
 	int rc;
-	if ((rc = mm(f, hg, dg, w->xh, w->g)) || (rc = mm(f, hu, du, w->xh, w->u)) ||
+	if ((rc = mark(f, cls, "ffn_gate", hg->nbytes)) || (rc = mm(f, hg, dg, w->xh, w->g)) ||
+	    (rc = mark(f, cls, "ffn_up", hu->nbytes)) || (rc = mm(f, hu, du, w->xh, w->u)) ||
+	    (rc = mark(f, cls, "ffn_swiglu", 0)) ||
 	    (rc = x4k_swiglu((int64_t)f->T * (int64_t)hg->ne[1], w->g, w->u, w->h, f->s, f->e)))
 		return rc;
+	mark(f, cls, "ffn_down", hd->nbytes);
 	return mm(f, hd, dd, w->h, out);
 }
 
@@ -202,18 +235,31 @@ static int moe(const fwd *f, int b, x4k_moe_routes *r)
 	int rc = x4k_moe_routes_init(r, w->routes_ws, w->routes_ws_bytes, T, k, c->n_expert,
 				     x4k_moe_tile(T, k), f->e);
 	const float *out = NULL;
-	if (rc || (rc = x4k_moe_router(r, w->xh, c->n_embd, d->ffn_gate_inp, d->exp_probs_b,
+	/* A decode step's token reads k experts' rows of each tensor; which
+	 * experts a chunk's routes touch is known on the device only. */
+	uint64_t gu = X4_PROF_UNKNOWN, dn = X4_PROF_UNKNOWN;
+	if (T == 1 && t->prof) {
+		uint64_t E = (uint64_t)c->n_expert, kk = (uint64_t)k;
+		gu = (hw->ffn_gate_exps->nbytes + hw->ffn_up_exps->nbytes) / E * kk;
+		dn = hw->ffn_down_exps->nbytes / E * kk;
+	}
+	if (rc || (rc = mark2(f, X4_PC_ROUTER, "moe_router", hw->ffn_gate_inp->nbytes,
+			      hw->exp_probs_b->nbytes)) ||
+	    (rc = x4k_moe_router(r, w->xh, c->n_embd, d->ffn_gate_inp, d->exp_probs_b,
 				       c->expert_scale, c->expert_norm, f->s, f->e)) ||
+	    (rc = mark(f, X4_PC_ROUTER, "moe_route_table", 0)) ||
 	    (rc = x4k_moe_route_table(r, f->s, f->e)) ||
+	    (rc = mark2(f, X4_PC_EXPERTS, "moe_experts", gu, dn)) ||
 	    (rc = x4k_moe_experts(r, hw->ffn_gate_exps->type, w->xh, c->n_embd, c->n_ff_exp,
 				  d->ffn_gate_exps, d->ffn_up_exps, d->ffn_down_exps, w->exp_ws,
 				  w->exp_ws_bytes, &out, f->s, f->e)))
 		return rc;
 	bool sh = hw->ffn_gate_shexp != NULL;
-	if (sh && (rc = swiglu_ffn(f, hw->ffn_gate_shexp, d->ffn_gate_shexp, hw->ffn_up_shexp,
-				   d->ffn_up_shexp, hw->ffn_down_shexp, d->ffn_down_shexp,
-				   w->shared)))
+	if (sh && (rc = swiglu_ffn(f, X4_PC_SHARED, hw->ffn_gate_shexp, d->ffn_gate_shexp,
+				   hw->ffn_up_shexp, d->ffn_up_shexp, hw->ffn_down_shexp,
+				   d->ffn_down_shexp, w->shared)))
 		return rc;
+	mark(f, X4_PC_EXPERTS, "moe_reduce", 0);
 	return x4k_moe_reduce(r, out, sh ? w->shared : NULL, c->n_embd, w->y, f->s, f->e);
 }
 
@@ -230,7 +276,9 @@ static int blocks(const fwd *f, bool observe)
 	for (int b = 0; b < c->n_block; b++) {
 		const x4_block_w *hw = &t->m->blk[b];
 		const x4_block_dev *d = &t->blk[b];
-		if ((rc = gate(f, d->hc_attn_fn, d->hc_attn_base, d->hc_attn_scale, pend, w->coef_a)) ||
+		if ((rc = mark(f, X4_PC_HC, "hc_attn_gate", hw->hc_attn_fn->nbytes)) ||
+		    (rc = gate(f, d->hc_attn_fn, d->hc_attn_base, d->hc_attn_scale, pend, w->coef_a)) ||
+		    (rc = mark(f, X4_PC_NORM, "attn_norm", hw->attn_norm->nbytes)) ||
 		    (rc = x4k_rmsnorm(f->T, c->n_embd, w->x, c->n_embd, d->attn_norm, c->rms_eps,
 				      w->xh, c->n_embd, f->s, f->e)) ||
 		    (rc = narrow_sub(f)) || (rc = mla(f, b)))
@@ -241,7 +289,9 @@ static int blocks(const fwd *f, bool observe)
 				return rc;
 			pend = NULL;
 		}
-		if ((rc = gate(f, d->hc_ffn_fn, d->hc_ffn_base, d->hc_ffn_scale, pend, w->coef_f)) ||
+		if ((rc = mark(f, X4_PC_HC, "hc_ffn_gate", hw->hc_ffn_fn->nbytes)) ||
+		    (rc = gate(f, d->hc_ffn_fn, d->hc_ffn_base, d->hc_ffn_scale, pend, w->coef_f)) ||
+		    (rc = mark(f, X4_PC_NORM, "ffn_norm", hw->ffn_norm->nbytes)) ||
 		    (rc = x4k_rmsnorm(f->T, c->n_embd, w->x, c->n_embd, d->ffn_norm, c->rms_eps,
 				      w->xh, c->n_embd, f->s, f->e)) || (rc = narrow_sub(f)))
 			return rc;
@@ -249,8 +299,8 @@ static int blocks(const fwd *f, bool observe)
 		if (hw->moe)
 			rc = moe(f, b, &r);
 		else
-			rc = swiglu_ffn(f, hw->ffn_gate, d->ffn_gate, hw->ffn_up, d->ffn_up,
-					hw->ffn_down, d->ffn_down, w->y);
+			rc = swiglu_ffn(f, X4_PC_DENSE, hw->ffn_gate, d->ffn_gate, hw->ffn_up,
+					d->ffn_up, hw->ffn_down, d->ffn_down, w->y);
 		if (rc)
 			return rc;
 		pend = w->coef_f;
@@ -272,11 +322,13 @@ static int head(fwd *f, int tk0, int n, float *logits)
 	x4_cuda_ws *w = f->w;
 	const x4_config *c = f->c;
 	const float *H = w->H + (size_t)tk0 * (size_t)c->n_hc * (size_t)c->n_embd;
+	mark(f, X4_PC_HEAD, "head_norm", t->m->output_norm->nbytes);
 	int rc = x4k_head(n, c->n_hc, c->n_embd, H, t->output_norm, c->rms_eps, w->hn, f->s, f->e);
 	if (rc)
 		return rc;
 	int T = f->T;
 	f->T = n;
+	mark(f, X4_PC_HEAD, "head_logits", t->m->output->nbytes);
 	rc = mm(f, t->m->output, t->output, w->hn, w->logits);
 	f->T = T;
 	if (rc || !logits)
@@ -297,6 +349,7 @@ static int pick_next(x4_trunk_cuda *t, const float *row, const x4_sampler_opts *
 	void *ws = t->samp;
 	uint64_t *step = (uint64_t *)((char *)t->samp + t->samp_ws_bytes + 16);
 	int rc;
+	x4_prof_op(t->prof, X4_PC_HEAD, "pick", 0);
 	if (so->temperature > 0 && so->top_k != 1)
 		rc = x4k_sample(c->n_vocab, row, so->temperature, so->top_k, so->top_p,
 				so->seed, step, pick, ws, t->samp_ws_bytes, t->s, e);
@@ -320,6 +373,7 @@ static int enqueue_step(x4_trunk_cuda *t, const x4_sampler_opts *so, int32_t *pi
 				    t->s), "upload the token id", e);
 	X4_CUDA_TRY(cudaMemcpyAsync(t->w.pos, t->pos_host, sizeof(int), cudaMemcpyHostToDevice,
 				    t->s), "upload the position", e);
+	x4_prof_op(t->prof, X4_PC_EMBED, "embed", t->m->token_embd->nbytes / (uint64_t)c->n_vocab);
 	int rc = x4k_embed(t->token_embd, c->n_vocab, c->n_embd, c->n_hc, t->w.ids, 1, t->w.H,
 			   t->s, e);
 	if (!rc)
@@ -354,6 +408,8 @@ static int graph_step(x4_trunk_cuda *t, int32_t id, const x4_sampler_opts *so, i
 		cudaError_t st = cudaStreamEndCapture(t->s, &g);
 		if (!rc && st == cudaSuccess)
 			st = cudaGraphInstantiate(&t->step_graph, g, 0);
+		if (!rc && st == cudaSuccess)
+			x4_prof_graph(t->prof, g); /* the trunk's count of the step's kernels */
 		if (g)
 			cudaGraphDestroy(g);
 		cudaGetLastError(); /* a refused capture is not the next launch's error */
@@ -398,6 +454,8 @@ static int run(x4_trunk_cuda *t, const int32_t *ids, int n, float *logits, bool 
 					    cudaMemcpyHostToDevice, t->s), "upload the token ids", e);
 		X4_CUDA_TRY(cudaMemcpyAsync(t->w.pos, t->pos_host, sizeof(int),
 					    cudaMemcpyHostToDevice, t->s), "upload the position", e);
+		x4_prof_op(t->prof, X4_PC_EMBED, "embed",
+			   t->m->token_embd->nbytes / (uint64_t)c->n_vocab * (uint64_t)T);
 		rc = x4k_embed(t->token_embd, c->n_vocab, c->n_embd, c->n_hc, t->w.ids, T, t->w.H,
 			       t->s, e);
 		if (!rc)

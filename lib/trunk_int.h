@@ -74,6 +74,10 @@ int x4_trunk_cuda_forward_next(x4_trunk_cuda *t, const int32_t *ids, int n,
  * device and mem_limit unchanged, max_ctx resolved). */
 int x4_trunk_cuda_configure(x4_trunk_cuda *t, const x4_trunk_opts *o, x4_err *e);
 void x4_trunk_cuda_stats(const x4_trunk_cuda *t, x4_trunk_stats *s);
+/* The backend a trunk holds (NULL for the other), for the profiler's hooks
+ * (lib/prof.c). */
+x4_trunk_cpu *x4_trunk_cpu_part(x4_trunk *t);
+x4_trunk_cuda *x4_trunk_cuda_part(x4_trunk *t);
 
 /* ---- pieces of the CPU trunk, exposed for tests ---- */
 
@@ -132,6 +136,7 @@ struct x4_trunk_cpu {
 	void *ws;         /* the instance's workspace */
 	x4_probe_fn probe;
 	void *probe_ctx;
+	x4_prof *prof;    /* set while profiled (lib/prof_int.h), else NULL */
 };
 
 int x4_cpu_ws_alloc_f32(x4_trunk_cpu *t, x4_err *e);

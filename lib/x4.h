@@ -19,6 +19,7 @@
  *   7. sampling                (lib/sample.c)
  *   8. utilities               (lib/util.c)
  *   9. npy writer, MoE replay  (lib/npy.c, lib/replay.c)
+ *  10. profiling              (lib/prof*.c, lib/trace.c)
  */
 #ifndef X4_H
 #define X4_H
@@ -743,6 +744,132 @@ typedef struct x4_moe_replay {
  * A block that is not an MoE block is X4_EINVAL. */
 int x4_moe_replay_block(const x4_model *m, int block, const float *x_hat,
 			const int *force, x4_moe_replay *r, double *y, x4_err *e);
+
+/* ===================== 10. profiling ===================== */
+/* (lib/prof.c, lib/prof_hook.c, lib/prof_cupti.c, lib/prof_ceiling.c,
+ * lib/trace.c: for x4-profile)
+ *
+ * Where a step's time goes, kernel by kernel.  On the GPU every kernel's
+ * device start and end comes from CUPTI's activity records, which work
+ * under graph replay and add no synchronisation; the trunk names each
+ * operation as it enqueues it (its class and the bytes it must read), and
+ * CUPTI's launch callbacks tie every kernel to the operation that launched
+ * it.  On the CPU the trunk's operations are timed with the wall clock.  A
+ * profiled run is never a speed: the profiler's own work is in every step
+ * it times, and the unprofiled step is measured apart to say by how much. */
+
+/* The sublayer classes a step's time is attributed to. */
+enum x4_prof_class {
+	X4_PC_HC = 0,      /* hyper-connection gate and stream update (spec 6.3, 6.4) */
+	X4_PC_NORM,        /* the sublayer input x-hat: its RMSNorm and narrowing */
+	X4_PC_ATTN,        /* attention: projections, norms, rope, cache, MLA (6.5) */
+	X4_PC_ROUTER,      /* MoE router and route table (6.7) */
+	X4_PC_EXPERTS,     /* routed experts and their weighted sum */
+	X4_PC_SHARED,      /* the shared expert */
+	X4_PC_DENSE,       /* dense FFN blocks (6.6) */
+	X4_PC_HEAD,        /* head norm, logits, the pick (6.8) */
+	X4_PC_EMBED,       /* the embedding (6.2) */
+	X4_PC_OTHER,       /* what no operation claimed */
+	X4_PC_COUNT
+};
+/* "hc_gate", "sublayer_norm", "attention", "moe_router", "routed_experts",
+ * "shared_expert", "dense_ffn", "head_pick", "embed", "other". */
+const char *x4_prof_class_name(int cls);
+
+/* True when this build can profile a GPU trunk (CUDA and CUPTI were found
+ * at build time), and when it can write a gzip trace (zlib was). */
+bool x4_prof_have_cupti(void);
+bool x4_prof_have_zlib(void);
+
+/* The machine's streaming-read ceiling in GB/s (1e9 bytes a second): on a
+ * GPU (device >= 0) a kernel of 16-byte streaming loads over a buffer far
+ * larger than L2, on the CPU (device -1) a read of 256 MiB on `threads`
+ * threads (0 = all); the median of several repetitions after a warm-up.
+ * desc (may be NULL) receives what was read, for the record. */
+int x4_prof_ceiling(int device, int threads, double *gbps, char *desc, size_t desc_cap,
+		    x4_err *e);
+
+typedef struct x4_prof x4_prof;
+/* Attach a profiler to a trunk.  GPU: CUPTI's activity records and launch
+ * callbacks start here (one profiler a process: CUPTI is process-wide), and
+ * the next graphed decode step is captured again, so that the trunk names
+ * its operations as they are captured; X4_ECUDA in a build without CUPTI.
+ * CPU: the trunk's operations are timed from here.  The trunk must outlive
+ * the profiler. */
+int x4_prof_attach(x4_prof **p, x4_trunk *t, x4_err *e);
+/* Bracket one step (a decode step, or a whole prefill).  Only counted steps
+ * are tabulated; an uncounted one (a warm-up, the graph's capture) is still
+ * bracketed so that the operations it marks know their position. */
+void x4_prof_step_begin(x4_prof *p, bool counted);
+void x4_prof_step_end(x4_prof *p);
+
+/* A row of the tables: one kernel (GPU: CUPTI's name without its return
+ * type and parameters; CPU: the trunk's operation) in one class, or one
+ * class.  Figures are a step's: totals over the counted steps / steps. */
+typedef struct x4_prof_row {
+	const char *name;
+	int cls;               /* enum x4_prof_class */
+	double launches;       /* a step */
+	double us;             /* device time a step (CPU: wall time) */
+	double share;          /* of all kernel time, 0..1 */
+	double min_us, max_us; /* one launch */
+	double bytes;          /* read a step: the weights and latent cache the
+				* library knows each operation must read at least
+				* once; -1 where some are not known on the host
+				* (the routed experts of a prefill chunk) */
+} x4_prof_row;
+
+/* The step as a whole: means over the counted steps (so that the parts add
+ * up to the wall time), with the extremes and the wall time's median. */
+typedef struct x4_prof_summary {
+	int steps;               /* counted */
+	int tokens;              /* a step: 1 for decode, the prompt for prefill */
+	int pos;                 /* the first counted step's starting position */
+	double kernels;          /* kernels a step (GPU: CUPTI's records) */
+	int64_t kernels_total;   /* over the counted steps */
+	int64_t enqueued_total;  /* what the trunk enqueued in them: the graph's
+				  * kernel nodes a replay, else the launches */
+	int mismatched_steps;    /* steps whose two counts differ */
+	int64_t unattributed;    /* kernels no marked operation launched */
+	int64_t outside;         /* kernels starting before or ending after their
+				  * step on the host's clock */
+	double kernel_us;        /* sum of kernel times a step */
+	double busy_us;          /* time some kernel ran a step (their union) */
+	double gaps;             /* gaps between consecutive kernels a step */
+	double gap_us;           /* their total a step */
+	double gap_max_us;       /* the largest in any step */
+	double wall_us, wall_median_us, wall_min_us, wall_max_us; /* host, bracket to bracket */
+	double submit_us, submit_min_us, submit_max_us; /* host, the bracket's start
+				  * to the end of its last submission; -1 on the CPU */
+	double bytes;            /* known bytes a step; -1 when some are not known */
+	uint64_t dropped;        /* activity records CUPTI dropped */
+	bool gpu;
+} x4_prof_summary;
+
+typedef struct x4_prof_result {
+	const x4_prof_row *kernels; /* by time, longest first */
+	int n_kernels;
+	const x4_prof_row *classes; /* the classes that ran, by time */
+	int n_classes;
+	x4_prof_summary s;
+} x4_prof_result;
+/* Stop collecting, detach from the trunk, and tabulate.  r points into p. */
+int x4_prof_finish(x4_prof *p, x4_prof_result *r, x4_err *e);
+void x4_prof_free(x4_prof *p); /* detaches first if finish was not called */
+
+/* The counted steps as Chrome trace-event JSON (ui.perfetto.dev,
+ * chrome://tracing): the host's step ranges, submissions and
+ * synchronisations on a CPU track, kernels and copies on a GPU track (the
+ * CPU trunk's operations on a track of their own), a track of each step's
+ * first kernel start to last kernel end, every event's class, operation,
+ * step and bytes in its args, and otherData {"profiled": true, "note":
+ * "profiled run: not a speed", "run": run_json} (run_json: a JSON object,
+ * the caller's record of the run, or NULL).  gzip when path ends in ".gz"
+ * (X4_EINVAL in a build without zlib).  Written to <path>.tmp.<pid> and
+ * renamed; stop (may be NULL) is polled as it writes, and a true answer
+ * removes the temporary file and returns X4_EINTR.  After x4_prof_finish. */
+int x4_prof_write_trace(const x4_prof *p, const char *path, const char *run_json,
+			bool (*stop)(void *ctx), void *ctx, x4_err *e);
 
 #ifdef __cplusplus
 }

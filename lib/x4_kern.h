@@ -16,6 +16,7 @@
  *      swiglu.cu, moe_router.cu, moe_experts.cu)
  *   2. attention, rope, hyper-connection, norms (other helper)
  *   3. ref: plain-C references (lib/ref/)
+ *   4. the streaming-read ceiling (kernels/stream_read.cu, for lib/prof_ceiling.c)
  */
 #ifndef X4_KERN_H
 #define X4_KERN_H
@@ -323,6 +324,15 @@ int x4r_moe_experts(int type, int n_tok, int d, int f, int n_expert, int k,
 		    const float *x, const void *gate, const void *up,
 		    const void *down, const int32_t *sel, const float *wts,
 		    const float *shared, float *y, float *mag, x4_err *e);
+
+/* ============ 4. the streaming-read ceiling ============ */
+#ifdef X4K_HAVE_CUDA
+/* Read n16 16-byte words at p (16-byte aligned) once each with streaming
+ * loads, `blocks` blocks of 512 threads; sink [1] is written only when the
+ * words XOR to a value a buffer of one repeated byte never gives. */
+int x4k_stream_read(const void *p, size_t n16, int blocks, unsigned long long *sink,
+		    cudaStream_t s, x4_err *e);
+#endif
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# gpu_profile.sh - bin/x4-profile on a GPU (issue 9, deliverable 5): on the
+# tiny preset, graphed and eager, with the fused and the eager
+# hyper-connection gate, and for a prefill:
+#   - the kernels CUPTI recorded in each step equal the kernels the trunk
+#     enqueued in it (a graphed step: the kernel nodes of its graph; an eager
+#     one: its launches), and every kernel was launched by a marked operation;
+#   - every kernel's device start and end lie inside its step's host bracket;
+#   - the trace parses and holds the N steps, each with its
+#     kernels on the GPU track;
+#   - graphed and eager profiles name the same kernels, as many a step.
+# Run from the tree's root on a machine with a CUDA GPU (tests/run-gpu.sh
+# does, under `make test-gpu`).  An argument `cpu` runs the same checks on
+# the CPU trunk (a dry run of the script without a GPU).  A few seconds.
+set -u
+cd "$(dirname "$0")/.." || exit 2
+PROF=bin/x4-profile
+MODEL=build/models/tiny
+DEV=${1:-cuda:0}
+STEPS=4
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+pass() { echo "PASS $1"; }
+fail() { echo "FAIL $1: $2"; }
+check() { if [ "$2" -eq 0 ]; then pass "$1"; else fail "$1" "$3"; fi; }
+
+if [ ! -x "$PROF" ] || [ ! -d "$MODEL" ]; then
+	fail gpu_profile.setup "$PROF or $MODEL missing: run make"
+	exit 1
+fi
+
+# $1 name, then x4-profile's arguments; writes $tmp/$1.jsonl and $tmp/$1.json
+profile() {
+	local name=$1 ext=json rc
+	shift
+	"$PROF" -m "$MODEL" --device "$DEV" "$@" --json --trace "$tmp/$name.$ext" \
+		>"$tmp/$name.jsonl" 2>"$tmp/$name.err"
+	rc=$?
+	check "profile.$name.exit" "$rc" "exit $rc: $(head -c 600 "$tmp/$name.err")"
+	# The checks, on the JSON lines and the trace.
+	local msg
+	msg=$(python3 - "$tmp/$name.jsonl" "$tmp/$name.$ext" "$name" <<'EOF' 2>&1
+import gzip, json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+run, summary = lines[0], lines[-1]
+assert run["section"] == "run" and run["profiled"] is True, run
+assert summary["section"] == "summary", summary
+n = summary["steps"]
+s = summary
+assert s["kernels_total"] == s["enqueued_total"] > 0, ("CUPTI", s["kernels_total"], "trunk", s["enqueued_total"])
+assert s["mismatched_steps"] == 0, s
+assert s["unattributed"] == 0, ("kernels no operation launched", s["unattributed"])
+assert s["outside_step"] == 0, ("kernels outside their step", s["outside_step"])
+assert s["busy_us_step"] <= s["wall_us"], s
+assert s["unprofiled_us"] > 0, s
+kern = [l for l in lines if l["section"] == "kernel"]
+cls = [l for l in lines if l["section"] == "class"]
+for rows in (kern, cls):
+    tot = sum(r["share_pct"] for r in rows)
+    assert abs(tot - 100) < 0.5, ("shares", tot)
+path = sys.argv[2]
+d = json.load(gzip.open(path) if path.endswith(".gz") else open(path))
+assert d["otherData"]["profiled"] is True, d["otherData"]
+ev = d["traceEvents"]
+steps = sorted((e for e in ev if e.get("cat") == "step"), key=lambda e: e["args"]["step"])
+assert [e["args"]["step"] for e in steps] == list(range(n)), "the trace's steps"
+ks = [e for e in ev if e.get("cat") == "kernel"]
+for st in steps:
+    mine = [e for e in ks if e["args"]["step"] == st["args"]["step"]]
+    assert len(mine) == st["args"]["kernels"] == st["args"]["enqueued"], (len(mine), st["args"])
+    t0, t1 = st["ts"], st["ts"] + st["dur"]
+    for e in mine:
+        assert t0 - 0.002 <= e["ts"] and e["ts"] + e["dur"] <= t1 + 0.002, ("outside", e, st)
+names = sorted({r["name"] for r in kern})
+json.dump({"names": names, "kernels_step": s["kernels_step"]}, open(sys.argv[1] + ".names", "w"))
+print("ok")
+EOF
+)
+	check "profile.$name.checks" "$([ "$msg" = ok ]; echo $?)" "$msg"
+}
+
+profile graphed --context 64 --steps $STEPS
+profile eager --context 64 --steps $STEPS --graph off
+profile hc_eager --context 64 --steps $STEPS --hc eager
+profile prefill --prefill 100 --steps 2
+
+# Graphed and eager name the same kernels, as many a step.
+msg=$(python3 -c 'import json, sys
+a, b = (json.load(open(f)) for f in sys.argv[1:3])
+assert a["names"] == b["names"], ("graphed only", sorted(set(a["names"]) - set(b["names"])),
+                                  "eager only", sorted(set(b["names"]) - set(a["names"])))
+assert a["kernels_step"] == b["kernels_step"], (a["kernels_step"], b["kernels_step"])
+print("ok")' "$tmp/graphed.jsonl.names" "$tmp/eager.jsonl.names" 2>&1)
+check profile.graphed_eager_same_kernels "$([ "$msg" = ok ]; echo $?)" "$msg"
+
+# The measured read ceiling is a card's, not a slip of the unit (the H200's
+# is ~4500 GB/s); every class of the tiny preset's step has time.
+msg=$(python3 -c 'import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+run = lines[0]
+dev = sys.argv[2]
+assert dev == "cpu" or run["ceiling_gbps"] > 300, ("ceiling", run["ceiling_gbps"])
+cls = {l["name"] for l in lines if l["section"] == "class"}
+need = {"hc_gate", "sublayer_norm", "attention", "moe_router", "routed_experts",
+        "shared_expert", "dense_ffn", "head_pick", "embed"}
+assert need <= cls and "other" not in cls, sorted(cls)
+print("ok")' "$tmp/graphed.jsonl" "$DEV" 2>&1)
+check profile.ceiling_and_classes "$([ "$msg" = ok ]; echo $?)" "$msg"
+
+# The tables as TSV: a header and rows, nothing else on stdout.
+"$PROF" -m "$MODEL" --device "$DEV" --context 16 --steps 2 >"$tmp/t.tsv" 2>"$tmp/t.err"; rc=$?
+head -n 1 "$tmp/t.tsv" | grep -q '^section	name	class	launches_step	us_step	share_pct	min_us	max_us	bytes_step	gbps	ceiling_pct$'
+check profile.tsv $((rc != 0 || $? != 0)) "exit $rc: $(head -c 300 "$tmp/t.err")"
+grep -qx '# profiled run: not a speed' "$tmp/t.err"
+check profile.tsv.says_profiled $? "$(head -c 300 "$tmp/t.err")"
+exit 0
