@@ -498,7 +498,9 @@ static int place_tensors(x4_gguf *g, struct cur *c)
 static int parse(x4_gguf *g, x4_err *e)
 {
 	struct cur c = { .b = g->base, .size = g->size, .pos = 0, .e = e };
-	uint64_t n_t, n_kv;
+	/* Zeroed: at -O3 GCC 12 cannot see that parse_header fails (nonzero)
+	 * whenever it leaves them unset. */
+	uint64_t n_t = 0, n_kv = 0;
 	int rc;
 	if ((rc = parse_header(g, &c, &n_t, &n_kv)) || (rc = parse_kvs(g, &c, n_kv)) ||
 	    (rc = parse_alignment(g, &c)))

@@ -111,8 +111,9 @@ static int find_one_gguf(const char *dir, char *out, x4_err *e)
 	DIR *d = opendir(dir);
 	if (!d)
 		return x4_err_set(e, X4_EIO, "%s: %s", dir, strerror(errno));
-	char found[1024] = "";
+	char found[768] = ""; /* the names that fit, then "..." */
 	int n = 0;
+	bool cut = false;
 	struct dirent *de;
 	while ((de = readdir(d))) {
 		size_t l = strlen(de->d_name);
@@ -126,8 +127,12 @@ static int find_one_gguf(const char *dir, char *out, x4_err *e)
 			closedir(d);
 			return X4_EINVAL;
 		}
-		size_t fl = strlen(found);
-		snprintf(found + fl, sizeof found - fl, "%s%s", n ? ", " : "", p);
+		size_t fl = strlen(found), room = sizeof found - fl - 6; /* 6: ", ..." fits */
+		int k = cut ? -1 : snprintf(found + fl, room, "%s%s", n ? ", " : "", p);
+		if (!cut && (k < 0 || (size_t)k >= room)) {
+			snprintf(found + fl, sizeof found - fl, "%s...", n ? ", " : "");
+			cut = true;
+		}
 		n++;
 	}
 	closedir(d);
