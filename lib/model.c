@@ -169,7 +169,11 @@ int x4_paths_resolve(const char *model, const char *tokdir, x4_paths *p, x4_err 
 		else
 			snprintf(home, sizeof home, "%.*s", (int)(slash - model), model);
 	} else {
-		return x4_err_set(e, X4_ENOTFOUND, "%s: no such file or folder", model);
+		struct stat st;
+		if (stat(model, &st) == 0)
+			return x4_err_set(e, X4_EINVAL, "%s is neither a regular file nor a folder: "
+					  "name a .gguf file or a folder holding one", model);
+		return x4_err_set(e, X4_ENOTFOUND, "%s: %s", model, strerror(errno));
 	}
 
 	if (tokdir && *tokdir) {

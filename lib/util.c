@@ -121,13 +121,19 @@ uint64_t x4_hash_final(const x4_hash *s)
 
 int x4_fingerprint(const char *path, bool full, char out[17], x4_err *e)
 {
-	int fd = open(path, O_RDONLY);
+	/* O_NONBLOCK: opening a FIFO must not wait for a writer. */
+	int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
 	if (fd < 0)
 		return x4_err_set(e, X4_EIO, "%s: %s", path, strerror(errno));
 	struct stat st;
 	if (fstat(fd, &st) != 0) {
 		close(fd);
 		return x4_err_set(e, X4_EIO, "%s: %s", path, strerror(errno));
+	}
+	if (!S_ISREG(st.st_mode)) {
+		close(fd);
+		return x4_err_set(e, X4_EIO, "%s is not a regular file; the fingerprint reads a "
+				  "GGUF file", path);
 	}
 	uint64_t size = (uint64_t)st.st_size;
 	x4_hash h;

@@ -132,6 +132,12 @@ run help $SYNTH -h
 run usage_i $INSPECT
 [ $rc -eq 2 ]; ok inspect_usage_exit2 $? "exit $rc"
 
+# -- x4-inspect on a FIFO: refused at once, never waits for a writer --
+mkfifo "$T/fifo"
+timeout 10 $INSPECT "$T/fifo" >"$T/fifo.out" 2>"$T/fifo.err" </dev/null; rc=$?
+[ $rc -eq 1 ] && grep -q 'is not a regular file (a FIFO)' "$T/fifo.err"
+ok inspect_fifo_refused $? "exit $rc (124: it hung): $(head -c 200 "$T/fifo.err")"
+
 # -- a failed write leaves nothing behind --
 mkdir -p "$T/f/xing4_0-tiny.gguf" # a folder where the GGUF must go: the rename fails
 run synth_fail $SYNTH --preset tiny -o "$T/f"
