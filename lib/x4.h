@@ -439,7 +439,10 @@ int x4_paths_resolve(const char *model, const char *tokdir, x4_paths *p, x4_err 
  * by name and checked for type and shape against the config; blk.<n_block>
  * (NextN) recognised and not bound; the tokenizer from the GGUF header.
  * A missing, extra or mistyped tensor is reported with its name, expected
- * and found type and shape. */
+ * and found type and shape.  Of a tokenizer folder only config.json's clamp
+ * keys are used (when the GGUF has none), but its config.json must be JSON
+ * with model_type xing4_0 and its tokenizer.model, if any, hold the GGUF's
+ * pieces: a damaged or foreign folder is refused (X4_EFORMAT). */
 typedef struct x4_model x4_model;
 int x4_model_open(x4_model **m, const x4_paths *p, x4_err *e);
 void x4_model_close(x4_model *m);
