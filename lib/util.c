@@ -248,9 +248,12 @@ const char *x4_resid_name(int r)
 	return r == X4_RESID_F16 ? "f16" : r == X4_RESID_BF16 ? "bf16" : "f32";
 }
 
+/* The tiny preset beside the binary: <bindir>/../build/models/tiny in the
+ * build tree, else <bindir>/../share/x4/models/tiny where `make install`
+ * puts it; the build tree's path when neither is there, for the message. */
 void x4_default_model(char *out, size_t cap)
 {
-	char exe[4000]; /* leaves room in a 4096-byte out for the suffix */
+	char exe[3900]; /* leaves room in a 4096-byte out for the suffix */
 	ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
 	if (n <= 0) {
 		snprintf(out, cap, "build/models/tiny");
@@ -261,6 +264,14 @@ void x4_default_model(char *out, size_t cap)
 		char *slash = strrchr(exe, '/');
 		if (slash)
 			*slash = 0;
+	}
+	struct stat st;
+	snprintf(out, cap, "%s/share/x4/models/tiny", exe);
+	if (stat(out, &st) == 0 && S_ISDIR(st.st_mode)) {
+		char build[4096];
+		snprintf(build, sizeof build, "%s/build/models/tiny", exe);
+		if (stat(build, &st) != 0)
+			return;
 	}
 	snprintf(out, cap, "%s/build/models/tiny", exe);
 }

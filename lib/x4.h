@@ -575,8 +575,9 @@ void x4_parallel_for(int64_t n, int nthreads, void (*fn)(void *arg, int64_t i),
 /* What the tools' command lines share, so each tool parses them alike:
  * "1,5,9" -> *ids (malloc'd), strict (X4_EINVAL names the text);
  * "cpu" -> -1, "cuda:N" -> N; the name of a residual width; and the tiny
- * preset beside the running binary (<bin>/../build/models/tiny), the
- * default model of every tool. */
+ * preset beside the running binary (<bin>/../build/models/tiny in the build
+ * tree, else <bin>/../share/x4/models/tiny where `make install` puts it),
+ * the default model of every tool. */
 int x4_parse_ids(const char *s, int32_t **ids, size_t *n, x4_err *e);
 /* An integer in [lo, hi], all of s; the message names opt and the range. */
 int x4_parse_long(const char *s, long lo, long hi, const char *opt, long *v, x4_err *e);
