@@ -482,6 +482,56 @@ static int write_gguf(const char *path, const char *preset, const x4_config *c,
 	return x4_gguf_writer_finish(w, e);
 }
 
+/* The folder (and its parents) made, the staging folder in it, and every
+ * name of the transaction filled in.  1 with the message printed. */
+static int make_stage(const char *dir, const char *const *names)
+{
+	int err = make_dirs(dir);
+	if (err) {
+		fprintf(stderr, PROG ": cannot make the folder %s: %s\n", dir, strerror(err));
+		return 1;
+	}
+	long pid = (long)getpid();
+	if (snprintf(stage, sizeof stage, "%s/.x4-synth.%ld", dir, pid) >= (int)sizeof stage - 64) {
+		fprintf(stderr, PROG ": the folder name %.64s... is too long\n", dir);
+		stage[0] = '\0';
+		return 1;
+	}
+	for (int i = 0; i < N_FILES; i++) {
+		snprintf(target[i], sizeof target[i], "%s/%s", dir, names[i]);
+		snprintf(staged[i], sizeof staged[i], "%s/%s", stage, names[i]);
+		snprintf(backup[i], sizeof backup[i], "%s/%s.old", stage, names[i]);
+	}
+	/* x4_gguf_writer_open's temporary name, for the signal handler */
+	snprintf(gguf_tmp, sizeof gguf_tmp, "%s.tmp.%ld", staged[F_GGUF], pid);
+	if (mkdir(stage, 0755) != 0) {
+		fprintf(stderr, PROG ": cannot make the staging folder %s: %s\n", stage,
+			strerror(errno));
+		return 1;
+	}
+	stage_made = 1;
+	return 0;
+}
+
+/* The four files beside the GGUF, into the staging folder. */
+static int write_tokenizer_folder(const x4_config *c, const x4_vocab *v)
+{
+	size_t len = 0;
+	char *json = config_json(c, &len);
+	bool oom = !json;
+	int bad = oom || write_staged(F_CONFIG, json, len);
+	free(json);
+	json = bad ? NULL : tokenizer_config_json(c, v, &len);
+	oom = oom || (!bad && !json);
+	bad = bad || !json || write_staged(F_TOK_CONFIG, json, len);
+	free(json);
+	if (oom)
+		fprintf(stderr, PROG ": out of memory for the folder's JSON files\n");
+	bad = bad || write_staged(F_TOK_MODEL, v->model, v->model_len);
+	const char *tmpl = x4_chat_template_jinja();
+	return bad || write_staged(F_TEMPLATE, tmpl, strlen(tmpl));
+}
+
 static int parse_loud(const char *s, x4_synth_loud *l)
 {
 	char *end;
@@ -614,36 +664,11 @@ int main(int argc, char **argv)
 	signal(SIGINT, on_signal);
 	signal(SIGTERM, on_signal);
 	signal(SIGHUP, on_signal);
-	int err = make_dirs(dir);
-	if (err) {
-		fprintf(stderr, PROG ": cannot make the folder %s: %s\n", dir, strerror(err));
+	if (make_stage(dir, names)) {
 		rollback();
 		x4_vocab_free(&v);
 		return 1;
 	}
-	long pid = (long)getpid();
-	if (snprintf(stage, sizeof stage, "%s/.x4-synth.%ld", dir, pid) >= (int)sizeof stage - 64) {
-		fprintf(stderr, PROG ": the folder name %.64s... is too long\n", dir);
-		rollback();
-		x4_vocab_free(&v);
-		return 1;
-	}
-	for (int i = 0; i < N_FILES; i++) {
-		snprintf(target[i], sizeof target[i], "%s/%s", dir, names[i]);
-		snprintf(staged[i], sizeof staged[i], "%s/%s", stage, names[i]);
-		snprintf(backup[i], sizeof backup[i], "%s/%s.old", stage, names[i]);
-	}
-	/* x4_gguf_writer_open's temporary name, for the signal handler */
-	snprintf(gguf_tmp, sizeof gguf_tmp, "%s.tmp.%ld", staged[F_GGUF], pid);
-	if (mkdir(stage, 0755) != 0) {
-		fprintf(stderr, PROG ": cannot make the staging folder %s: %s\n", stage,
-			strerror(errno));
-		stage[0] = '\0';
-		rollback();
-		x4_vocab_free(&v);
-		return 1;
-	}
-	stage_made = 1;
 
 	struct progress pr = { .t0 = x4_now() };
 	if (isatty(STDERR_FILENO)) {
@@ -660,18 +685,7 @@ int main(int argc, char **argv)
 	if (rc)
 		fprintf(stderr, PROG ": %s\n", e.msg);
 
-	size_t len = 0;
-	char *json = rc ? NULL : config_json(&c, &len);
-	int bad = rc || !json || write_staged(F_CONFIG, json, len);
-	free(json);
-	json = bad ? NULL : tokenizer_config_json(&c, &v, &len);
-	bad = bad || !json || write_staged(F_TOK_CONFIG, json, len);
-	free(json);
-	if (bad && !rc && !json)
-		fprintf(stderr, PROG ": out of memory for the folder's JSON files\n");
-	bad = bad || write_staged(F_TOK_MODEL, v.model, v.model_len);
-	const char *tmpl = x4_chat_template_jinja();
-	bad = bad || write_staged(F_TEMPLATE, tmpl, strlen(tmpl));
+	int bad = rc || write_tokenizer_folder(&c, &v);
 	x4_vocab_free(&v);
 	if (bad || commit(dir)) {
 		rollback();
