@@ -16,6 +16,10 @@ NPROC    := $(shell nproc 2>/dev/null || getconf _NPROCESSORS_ONLN 2>/dev/null |
 ifeq ($(MAKELEVEL),0)
   MAKEFLAGS += -j$(NPROC)
 endif
+# `make clean all` must not remove while it builds.
+ifneq ($(filter clean,$(MAKECMDGOALS)),)
+  .NOTPARALLEL:
+endif
 
 CC       ?= cc
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(shell command -v nvcc 2>/dev/null))
