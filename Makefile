@@ -1,9 +1,25 @@
 # x4 - build, test and benchmark.  `make` builds build/libx4.a and bin/x4-*;
 # `make test` runs every CPU test and compiles every .cu; `make test-gpu` runs
-# the GPU tests (on a machine with an NVIDIA GPU).
+# the GPU tests (on a machine with an NVIDIA GPU); `make asan` runs the CPU
+# suite again with ASan and UBSan; `make check-opt` compiles the C at every
+# -O level; `make install PREFIX=... [DESTDIR=...]` installs.
 #
 # CUDA: found through nvcc on PATH or CUDA_HOME.  Without it the CPU parts are
 # built and the skipped parts are named.  CUDA_ARCH=90 builds one arch.
+#
+# CFLAGS and LDFLAGS are the user's (default -O2 -g) and add to X4_CFLAGS,
+# which the build always needs: `make CFLAGS=-O0` keeps -std=c11 ... -Ilib.
+
+# Without -j on the command line, use every core: most of a fresh build is
+# nvcc, one process a file.  Sub-makes share the top level's jobserver.
+NPROC    := $(shell nproc 2>/dev/null || getconf _NPROCESSORS_ONLN 2>/dev/null || echo 1)
+ifeq ($(MAKELEVEL),0)
+  MAKEFLAGS += -j$(NPROC)
+endif
+# `make clean all` must not remove while it builds.
+ifneq ($(filter clean,$(MAKECMDGOALS)),)
+  .NOTPARALLEL:
+endif
 
 CC       ?= cc
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(shell command -v nvcc 2>/dev/null))
@@ -15,8 +31,10 @@ CUDA_ARCH ?= 75 80 86 89 90
 COMMIT   := $(shell git describe --always --dirty 2>/dev/null || echo unknown)
 
 CFLAGS   ?= -O2 -g
-CFLAGS   += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wno-unused-parameter \
-            -MMD -MP -pthread -Ilib
+LDFLAGS  ?=
+X4_CFLAGS := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wno-unused-parameter -pthread -Ilib
+DEPFLAGS := -MMD -MP
+ALL_CFLAGS = $(X4_CFLAGS) $(DEPFLAGS) $(CPPFLAGS) $(CFLAGS)
 LDLIBS   := -lm -lpthread
 # Machine code for each arch, plus the newest arch's PTX so that a newer GPU
 # can still run the kernels (the driver compiles it at load).
@@ -25,7 +43,7 @@ NVFLAGS  := -O3 -std=c++17 -Ilib -Xcompiler -Wall,-Wno-unused-parameter -MMD -MP
             -gencode=arch=compute_$(lastword $(CUDA_ARCH)),code=compute_$(lastword $(CUDA_ARCH))
 
 ifneq ($(NVCC),)
-  CFLAGS += -DX4_HAVE_CUDA -I$(CUDA_HOME)/include
+  X4_CFLAGS += -DX4_HAVE_CUDA -I$(CUDA_HOME)/include
   LDLIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lstdc++
   CU_SRC := $(wildcard kernels/*.cu)
 else
@@ -42,7 +60,8 @@ TESTS    := $(TEST_SRC:tests/%.c=build/tests/%)
 GPU_TEST_SRC := $(wildcard tests/gpu_*.c)
 GPU_TESTS := $(if $(NVCC),$(GPU_TEST_SRC:tests/%.c=build/tests/%),)
 
-.PHONY: all tools tests test test-gpu venv fuzz clean tiny print-nvcc
+.PHONY: all tools tests test test-gpu venv corpus fuzz clean tiny print-nvcc asan check-opt \
+        install uninstall
 all: build/libx4.a $(TOOLS) tiny
 	@$(if $(NVCC),,echo "x4: nvcc not found: built the CPU parts only; skipped the CUDA kernels (kernels/*.cu) and the GPU tests")
 
@@ -50,7 +69,7 @@ all: build/libx4.a $(TOOLS) tiny
 # (rewritten only when `git describe` gives something new).
 $(shell mkdir -p build && (echo '$(COMMIT)' | cmp -s - build/commit.txt || echo '$(COMMIT)' >build/commit.txt))
 build/lib/err.o: build/commit.txt
-build/lib/err.o: CFLAGS += -DX4_COMMIT='"$(COMMIT)"'
+build/lib/err.o: X4_CFLAGS += -DX4_COMMIT='"$(COMMIT)"'
 
 build/libx4.a: $(LIB_OBJ)
 	@mkdir -p $(@D)
@@ -58,7 +77,7 @@ build/libx4.a: $(LIB_OBJ)
 
 build/%.o: %.c
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -c $< -o $@
+	$(CC) $(ALL_CFLAGS) -c $< -o $@
 
 # Embedded data (the tokenizer): .incbin paths are relative to the tree's root.
 build/%.o: %.S
@@ -73,11 +92,11 @@ build/kernels/%.o: kernels/%.cu
 TOOL_OBJ := build/cmd/tool.o
 bin/%: cmd/%.c $(TOOL_OBJ) build/libx4.a
 	@mkdir -p $(@D) build/cmd
-	$(CC) $(CFLAGS) -MF build/cmd/$*.d $< -o $@ $(TOOL_OBJ) build/libx4.a $(LDLIBS)
+	$(CC) $(ALL_CFLAGS) -MF build/cmd/$*.d $< -o $@ $(TOOL_OBJ) build/libx4.a $(LDFLAGS) $(LDLIBS)
 
 build/tests/%: tests/%.c tests/t.h build/libx4.a
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -Itests $< -o $@ build/libx4.a $(LDLIBS)
+	$(CC) $(ALL_CFLAGS) -Itests $< -o $@ build/libx4.a $(LDFLAGS) $(LDLIBS)
 
 # tests/helper_*.c: programs the Python oracles drive (not run on their own).
 HELPERS := $(patsubst tests/%.c,build/tests/%,$(wildcard tests/helper_*.c))
@@ -95,11 +114,19 @@ $(TINY): bin/x4-synth
 VENV := build/venv
 venv: $(VENV)/.ok
 $(VENV)/.ok: tests/requirements.txt
+	@echo "x4: fetching the test oracles from PyPI into $(VENV) (nothing system-wide):" \
+	  $$(grep -v '^#' tests/requirements.txt | tr '\n' ' ') >&2
 	python3 -m venv $(VENV)
 	$(VENV)/bin/pip install -q --disable-pip-version-check -r tests/requirements.txt
 	touch $@
 
-test: all tests venv
+# The tokenizer oracle's English text (Debian packages unpacked under
+# build/corpus; the script says what it fetches).  A failure here is the
+# oracle's to report, so the rest of the suite still runs.
+corpus:
+	@tests/get-corpus.sh || echo "x4: no corpus: tests/oracle_tok.py will fail tok_corpus" >&2
+
+test: all tests venv corpus
 	@tests/run.sh
 
 test-gpu: all tests
@@ -127,13 +154,13 @@ HAVE_ZLIB := $(shell printf '\043include <zlib.h>\n' | $(CC) -E - >/dev/null 2>&
 PROF_LIBS :=
 PROF_SKIPPED :=
 ifneq ($(CUPTI_INC),)
-  build/lib/prof_cupti.o: CFLAGS += -DX4_HAVE_CUPTI -I$(CUPTI_INC)
+  build/lib/prof_cupti.o: X4_CFLAGS += -DX4_HAVE_CUPTI -I$(CUPTI_INC)
   PROF_LIBS += -L$(CUPTI_LIBDIR) -Wl,-rpath,$(CUPTI_LIBDIR) -lcupti
 else
   PROF_SKIPPED += CUPTI (x4-profile --device cuda:N)
 endif
 ifeq ($(HAVE_ZLIB),yes)
-  build/lib/trace.o: CFLAGS += -DX4_HAVE_ZLIB
+  build/lib/trace.o: X4_CFLAGS += -DX4_HAVE_ZLIB
   PROF_LIBS += -lz
 else
   PROF_SKIPPED += zlib (x4-profile --trace FILE.gz; apt-get install zlib1g-dev)
@@ -144,11 +171,56 @@ all: prof-note
 prof-note: $(TOOLS)
 	@$(if $(strip $(PROF_SKIPPED)),echo "x4: not found at build time and so skipped: $(strip $(PROF_SKIPPED))",:)
 
+# The CPU suite again, built with ASan and UBSan (no CUDA), in a tree of its
+# own: build-asan/tree links to the sources and shares build/venv and
+# build/corpus, so the same tests/run.sh runs the instrumented bin/ and
+# build/ there.  Any sanitizer report fails the run (halt_on_error).
+ASAN_TREE := build-asan/tree
+ASAN_CFLAGS := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined \
+               -fno-sanitize-recover=undefined
+ASAN_ENV := ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:abort_on_error=0 \
+            UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+asan: venv corpus
+	@mkdir -p $(ASAN_TREE)/build
+	@for d in Makefile lib cmd tests man data kernels; do \
+	  [ -e $(ASAN_TREE)/$$d ] || ln -s ../../$$d $(ASAN_TREE)/$$d; done
+	@for d in venv corpus; do \
+	  [ -e $(ASAN_TREE)/build/$$d ] || ln -s ../../../build/$$d $(ASAN_TREE)/build/$$d; done
+	$(ASAN_ENV) $(MAKE) --no-print-directory -C $(ASAN_TREE) CUDA_HOME= CFLAGS='$(ASAN_CFLAGS)' \
+	  LDFLAGS='-fsanitize=address,undefined' test
+
+# Every C file of lib/, cmd/ and tests/ compiles warning-free at each -O
+# level (the optimiser decides which warnings GCC can see): compile only.
+OPT_LEVELS := -O0 -O1 -O2 -O3 -Os
+OPT_SRC := $(LIB_SRC) $(CMD_SRC) cmd/tool.c $(wildcard tests/*.c)
+check-opt:
+	@for o in $(OPT_LEVELS); do \
+	  echo "x4: compiling lib/, cmd/ and tests/ at $$o" >&2; \
+	  printf '%s\n' $(OPT_SRC) | \
+	    xargs -P $(NPROC) -I{} $(CC) $$o $(X4_CFLAGS) -Itests -c {} -o /dev/null || exit 1; \
+	done
+
+# Installed tools find the tiny model at PREFIX/share/x4/models/tiny
+# (x4_default_model: <bindir>/../share/x4/models/tiny).
+PREFIX ?= /usr/local
+BINDIR  = $(DESTDIR)$(PREFIX)/bin
+MAN1DIR = $(DESTDIR)$(PREFIX)/share/man/man1
+TINYDIR = $(DESTDIR)$(PREFIX)/share/x4/models/tiny
+install: all
+	install -d '$(BINDIR)' '$(MAN1DIR)' '$(TINYDIR)'
+	install -m 0755 $(TOOLS) '$(BINDIR)/'
+	install -m 0644 $(wildcard man/*.1) '$(MAN1DIR)/'
+	install -m 0644 build/models/tiny/* '$(TINYDIR)/' # globbed after `all` wrote them
+
+uninstall:
+	rm -f $(TOOLS:bin/%='$(BINDIR)'/%) $(patsubst man/%,'$(MAN1DIR)'/%,$(wildcard man/*.1))
+	rm -rf '$(DESTDIR)$(PREFIX)/share/x4'
+
 # What the build decided about CUDA, for tests/run.sh.
 print-nvcc:
 	@echo $(NVCC)
 
 clean:
-	rm -rf build bin
+	rm -rf build bin build-asan
 
 -include $(shell find build -name '*.d' 2>/dev/null)

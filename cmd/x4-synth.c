@@ -7,8 +7,10 @@
 #include "x4.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <math.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,7 +20,6 @@
 
 #define PROG "x4-synth"
 #define MAX_LOUD 16
-#define MAX_WRITTEN 8
 #define MAX_DIRS 32
 
 static void usage(FILE *f)
@@ -29,10 +30,12 @@ static void usage(FILE *f)
 		"Write DIR/xing4_0-<preset>.gguf and its tokenizer folder.\n"
 		"  -p, --preset NAME     tiny (~35 MB), small (~1 GB) or full (20.1 GB, as released)\n"
 		"  -s, --seed N          weight seed (default 1); the bytes depend on it alone\n"
-		"  -l, --loud B:E:F      multiply expert E of MoE block B by F (gate, up and down\n"
-		"                        block scales) and force it into the top-k; repeatable\n"
+		"  -l, --loud B:E:F      multiply expert E of MoE block B (a trunk block, not\n"
+		"                        NextN) by F (gate, up and down block scales) and force\n"
+		"                        it into the top-k; repeatable\n"
 		"  -t, --threads N       worker threads (default: all CPUs)\n"
-		"  -o, --output DIR      the folder to write (created if missing)\n"
+		"  -o, --output DIR      the folder to write (created if missing); its files are\n"
+		"                        replaced only once every new one is complete\n"
 		"  -h, --help            this text\n"
 		"      --version         version, commit and CUDA runtime\n");
 }
@@ -45,29 +48,60 @@ static int usage_error(const char *fmt, const char *arg)
 	return 2;
 }
 
-/* ---- what this run has written, so a failure can take it back ---- */
+/* ---- the transaction ----
+ *
+ * A run leaves DIR as it found it unless it succeeds.  Every file is
+ * written into a private staging folder inside DIR (so the moves below stay
+ * on one file system), and only when all of them are complete are they
+ * moved into place: each old file is kept as a hard link (or moved) into
+ * the staging folder first, so a failed move, or a signal, puts every old
+ * file back.  The moves run with SIGINT, SIGTERM and SIGHUP blocked; a
+ * signal during the long writes before them removes the staging folder.
+ * Everything here is fixed-size and static because the signal handler
+ * reads it (unlink, rename and rmdir only).  Worker threads exist only
+ * inside x4_synth_weights, while the GGUF's temporary file is the one file
+ * open, so a handler running on one of them races with no file being made. */
 
-static char written[MAX_WRITTEN][4200];
-static int n_written;
-static char made_dirs[MAX_DIRS][4096];
-static int n_made_dirs;
-/* The GGUF writer's temporary name: removed if a signal ends the run. */
-static char gguf_tmp[4400];
+enum { F_GGUF, F_CONFIG, F_TOK_CONFIG, F_TOK_MODEL, F_TEMPLATE, N_FILES };
 
-static void undo(void)
+static char made_dirs[MAX_DIRS][4096]; /* folders of -o DIR this run created */
+static volatile sig_atomic_t n_made_dirs;
+static char stage[4200];               /* DIR/.x4-synth.PID */
+static volatile sig_atomic_t stage_made;
+static char gguf_tmp[4400 + 32];       /* the GGUF writer's temporary name */
+static char staged[N_FILES][4400];     /* stage/NAME: the new file */
+static char target[N_FILES][4400];     /* DIR/NAME: where it goes */
+static char backup[N_FILES][4400];     /* stage/NAME.old: the file it replaces */
+static volatile sig_atomic_t has_backup[N_FILES], installed[N_FILES];
+static volatile sig_atomic_t committed; /* the old files are gone: nothing to undo */
+
+static void rollback(void)
 {
-	for (int i = n_written - 1; i >= 0; i--)
-		unlink(written[i]);
+	if (committed)
+		return;
+	for (int i = N_FILES - 1; i >= 0; i--) {
+		if (has_backup[i])
+			rename(backup[i], target[i]); /* the old file back, over the new one */
+		else if (installed[i])
+			unlink(target[i]);
+		has_backup[i] = installed[i] = 0;
+	}
+	for (int i = 0; i < N_FILES; i++)
+		if (staged[i][0])
+			unlink(staged[i]);
+	if (gguf_tmp[0])
+		unlink(gguf_tmp);
+	if (stage_made)
+		rmdir(stage);
+	stage_made = 0;
 	for (int i = n_made_dirs - 1; i >= 0; i--)
 		rmdir(made_dirs[i]);
+	n_made_dirs = 0;
 }
 
 static void on_signal(int sig)
 {
-	/* async-signal-safe only: unlink, rmdir, _exit */
-	if (gguf_tmp[0])
-		unlink(gguf_tmp);
-	undo();
+	rollback();
 	_exit(128 + sig);
 }
 
@@ -82,8 +116,10 @@ static int make_dirs(const char *dir)
 		char c = *s;
 		*s = '\0';
 		if (mkdir(p, 0755) == 0) {
-			if (n_made_dirs < MAX_DIRS)
-				snprintf(made_dirs[n_made_dirs++], sizeof made_dirs[0], "%s", p);
+			if (n_made_dirs < MAX_DIRS) {
+				snprintf(made_dirs[n_made_dirs], sizeof made_dirs[0], "%s", p);
+				n_made_dirs++;
+			}
 		} else if (errno != EEXIST) {
 			return errno;
 		}
@@ -97,15 +133,108 @@ static int make_dirs(const char *dir)
 	return S_ISDIR(st.st_mode) ? 0 : ENOTDIR;
 }
 
-/* Temporary name, then rename: a reader never sees half a file. */
-static int write_file(const char *dir, const char *name, const void *data, size_t len)
+/* Each name in DIR is absent or a regular file that may be replaced:
+ * checked before any work, so a 20 GB write is not spent on a refusal. */
+static int check_targets(const char *dir, const char *const *names)
 {
-	char path[4200], tmp[4300];
-	snprintf(path, sizeof path, "%s/%s", dir, name);
-	snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-	FILE *f = fopen(tmp, "wb");
+	for (int i = 0; i < N_FILES; i++) {
+		char p[4400];
+		struct stat st;
+		snprintf(p, sizeof p, "%s/%s", dir, names[i]);
+		if (lstat(p, &st) != 0) {
+			if (errno == ENOENT || errno == ENOTDIR)
+				continue;
+			fprintf(stderr, PROG ": %s: %s\n", p, strerror(errno));
+			return 1;
+		}
+		if (!S_ISREG(st.st_mode)) {
+			fprintf(stderr, PROG ": %s is %s, not a file: " PROG " replaces only regular "
+				"files; move it away or write to another folder with -o\n", p,
+				S_ISDIR(st.st_mode) ? "a folder" : S_ISLNK(st.st_mode) ?
+				"a symbolic link" : "something else");
+			return 1;
+		}
+	}
+	return 0;
+}
+
+static void sync_dir(const char *dir)
+{
+	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd >= 0) {
+		fsync(fd); /* some file systems cannot; the renames stand */
+		close(fd);
+	}
+}
+
+/* Move every staged file into place; on any failure put the old ones back.
+ * Returns 0, or 1 with the message printed. */
+static int commit(const char *dir)
+{
+	sigset_t sigs, old, pend;
+	sigemptyset(&sigs);
+	sigaddset(&sigs, SIGINT);
+	sigaddset(&sigs, SIGTERM);
+	sigaddset(&sigs, SIGHUP);
+	pthread_sigmask(SIG_BLOCK, &sigs, &old);
+	int rc = 0;
+	for (int i = 0; i < N_FILES && !rc; i++) {
+		struct stat st;
+		if (lstat(target[i], &st) == 0) {
+			if (!S_ISREG(st.st_mode)) {
+				fprintf(stderr, PROG ": %s is no longer a regular file; nothing was "
+					"replaced\n", target[i]);
+				rc = 1;
+				break;
+			}
+			/* A hard link keeps the old file where it is until the rename
+			 * replaces it; a file system without links gets a move. */
+			if (link(target[i], backup[i]) == 0 || rename(target[i], backup[i]) == 0) {
+				has_backup[i] = 1;
+			} else {
+				fprintf(stderr, PROG ": keeping %s aside as %s: %s\n", target[i],
+					backup[i], strerror(errno));
+				rc = 1;
+				break;
+			}
+		}
+		if (rename(staged[i], target[i]) != 0) {
+			fprintf(stderr, PROG ": moving %s to %s: %s\n", staged[i], target[i],
+				strerror(errno));
+			rc = 1;
+			break;
+		}
+		installed[i] = 1;
+		staged[i][0] = '\0';
+	}
+	/* A signal that came during the moves undoes them, as one before would. */
+	sigpending(&pend);
+	bool signalled = sigismember(&pend, SIGINT) || sigismember(&pend, SIGTERM) ||
+			 sigismember(&pend, SIGHUP);
+	if (rc || signalled) {
+		rollback();
+		pthread_sigmask(SIG_SETMASK, &old, NULL); /* a pending signal exits here */
+		return 1;
+	}
+	committed = 1;
+	for (int i = 0; i < N_FILES; i++)
+		if (has_backup[i])
+			unlink(backup[i]);
+	rmdir(stage);
+	sync_dir(dir);
+	signal(SIGINT, SIG_DFL);
+	signal(SIGTERM, SIG_DFL);
+	signal(SIGHUP, SIG_DFL);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	return 0;
+}
+
+/* One whole file into the staging folder; nobody else reads it there. */
+static int write_staged(int i, const void *data, size_t len)
+{
+	FILE *f = fopen(staged[i], "wb");
 	if (!f) {
-		fprintf(stderr, PROG ": %s: %s\n", tmp, strerror(errno));
+		fprintf(stderr, PROG ": %s: %s\n", staged[i], strerror(errno));
 		return 1;
 	}
 	bool ok = fwrite(data, 1, len, f) == len;
@@ -113,16 +242,21 @@ static int write_file(const char *dir, const char *name, const void *data, size_
 	ok = (fsync(fileno(f)) == 0) && ok;
 	int err = errno;
 	ok = (fclose(f) == 0) && ok;
-	if (!ok || rename(tmp, path) != 0) {
-		if (ok)
-			err = errno;
-		fprintf(stderr, PROG ": writing %s: %s\n", path, strerror(err));
-		unlink(tmp);
+	if (!ok) {
+		fprintf(stderr, PROG ": writing %s: %s\n", staged[i], strerror(err ? err : errno));
 		return 1;
 	}
-	if (n_written < MAX_WRITTEN)
-		snprintf(written[n_written++], sizeof written[0], "%s", path);
 	return 0;
+}
+
+/* -h and --version: a failed write to stdout is a failure (exit 1). */
+static int stdout_done(const char *what)
+{
+	if (fflush(stdout) == 0 && !ferror(stdout))
+		return 0;
+	fprintf(stderr, PROG ": writing %s to stdout failed: %s\n", what,
+		errno ? strerror(errno) : "write error");
+	return 1;
 }
 
 /* ---- JSON, by hand: a few dozen fixed keys ---- */
@@ -348,6 +482,56 @@ static int write_gguf(const char *path, const char *preset, const x4_config *c,
 	return x4_gguf_writer_finish(w, e);
 }
 
+/* The folder (and its parents) made, the staging folder in it, and every
+ * name of the transaction filled in.  1 with the message printed. */
+static int make_stage(const char *dir, const char *const *names)
+{
+	int err = make_dirs(dir);
+	if (err) {
+		fprintf(stderr, PROG ": cannot make the folder %s: %s\n", dir, strerror(err));
+		return 1;
+	}
+	long pid = (long)getpid();
+	if (snprintf(stage, sizeof stage, "%s/.x4-synth.%ld", dir, pid) >= (int)sizeof stage - 64) {
+		fprintf(stderr, PROG ": the folder name %.64s... is too long\n", dir);
+		stage[0] = '\0';
+		return 1;
+	}
+	for (int i = 0; i < N_FILES; i++) {
+		snprintf(target[i], sizeof target[i], "%s/%s", dir, names[i]);
+		snprintf(staged[i], sizeof staged[i], "%s/%s", stage, names[i]);
+		snprintf(backup[i], sizeof backup[i], "%s/%s.old", stage, names[i]);
+	}
+	/* x4_gguf_writer_open's temporary name, for the signal handler */
+	snprintf(gguf_tmp, sizeof gguf_tmp, "%s.tmp.%ld", staged[F_GGUF], pid);
+	if (mkdir(stage, 0755) != 0) {
+		fprintf(stderr, PROG ": cannot make the staging folder %s: %s\n", stage,
+			strerror(errno));
+		return 1;
+	}
+	stage_made = 1;
+	return 0;
+}
+
+/* The four files beside the GGUF, into the staging folder. */
+static int write_tokenizer_folder(const x4_config *c, const x4_vocab *v)
+{
+	size_t len = 0;
+	char *json = config_json(c, &len);
+	bool oom = !json;
+	int bad = oom || write_staged(F_CONFIG, json, len);
+	free(json);
+	json = bad ? NULL : tokenizer_config_json(c, v, &len);
+	oom = oom || (!bad && !json);
+	bad = bad || !json || write_staged(F_TOK_CONFIG, json, len);
+	free(json);
+	if (oom)
+		fprintf(stderr, PROG ": out of memory for the folder's JSON files\n");
+	bad = bad || write_staged(F_TOK_MODEL, v->model, v->model_len);
+	const char *tmpl = x4_chat_template_jinja();
+	return bad || write_staged(F_TEMPLATE, tmpl, strlen(tmpl));
+}
+
 static int parse_loud(const char *s, x4_synth_loud *l)
 {
 	char *end;
@@ -418,11 +602,11 @@ int main(int argc, char **argv)
 			break;
 		case 'h':
 			usage(stdout);
-			return 0;
+			return stdout_done("the help");
 		case 'V':
 			printf(PROG " %s (commit %s, CUDA runtime %s)\n", x4_version(), x4_commit(),
 			       x4_cuda_runtime());
-			return 0;
+			return stdout_done("the version");
 		default:
 			return usage_error("%s", "unknown option");
 		}
@@ -440,12 +624,14 @@ int main(int argc, char **argv)
 		return usage_error("%s", e.msg);
 	for (int i = 0; i < o.n_loud; i++) {
 		const x4_synth_loud *l = &loud[i];
-		if (l->block < c.n_dense || l->block >= c.n_block_file || l->expert >= c.n_expert ||
+		if (l->block < c.n_dense || l->block >= c.n_block || l->expert >= c.n_expert ||
 		    l->factor > 1000.0f) {
-			char m[256];
-			snprintf(m, sizeof m, "--loud %d:%d:%g: the %s preset's MoE blocks are %d..%d, "
-				 "its experts 0..%d, and FACTOR must be in (0, 1000]", l->block,
-				 l->expert, (double)l->factor, preset, c.n_dense, c.n_block_file - 1,
+			/* The NextN block (n_block..) is MoE too, but no x4 trunk runs it. */
+			char m[320];
+			snprintf(m, sizeof m, "--loud %d:%d:%g: the %s preset's MoE blocks are %d..%d "
+				 "(block %d is the NextN block, which x4 does not run), its experts "
+				 "0..%d, and FACTOR must be in (0, 1000]", l->block, l->expert,
+				 (double)l->factor, preset, c.n_dense, c.n_block - 1, c.n_block,
 				 c.n_expert - 1);
 			return usage_error("%s", m);
 		}
@@ -464,19 +650,25 @@ int main(int argc, char **argv)
 		return 1;
 	}
 
-	int err = make_dirs(dir);
-	if (err) {
-		fprintf(stderr, PROG ": cannot make the folder %s: %s\n", dir, strerror(err));
-		undo();
+	char gguf_name[64];
+	snprintf(gguf_name, sizeof gguf_name, "xing4_0-%s.gguf", preset);
+	const char *const names[N_FILES] = {
+		[F_GGUF] = gguf_name, [F_CONFIG] = "config.json",
+		[F_TOK_CONFIG] = "tokenizer_config.json", [F_TOK_MODEL] = "tokenizer.model",
+		[F_TEMPLATE] = "chat_template.jinja",
+	};
+	if (check_targets(dir, names)) {
 		x4_vocab_free(&v);
 		return 1;
 	}
-	char path[4200];
-	snprintf(path, sizeof path, "%s/xing4_0-%s.gguf", dir, preset);
-	snprintf(gguf_tmp, sizeof gguf_tmp, "%s.tmp.%ld", path, (long)getpid());
 	signal(SIGINT, on_signal);
 	signal(SIGTERM, on_signal);
 	signal(SIGHUP, on_signal);
+	if (make_stage(dir, names)) {
+		rollback();
+		x4_vocab_free(&v);
+		return 1;
+	}
 
 	struct progress pr = { .t0 = x4_now() };
 	if (isatty(STDERR_FILENO)) {
@@ -486,37 +678,21 @@ int main(int argc, char **argv)
 	int n_tensors = 0;
 	uint64_t data_bytes = 0;
 	double t0 = x4_now();
-	int rc = write_gguf(path, preset, &c, &v, &o, &n_tensors, &data_bytes, &e);
+	int rc = write_gguf(staged[F_GGUF], preset, &c, &v, &o, &n_tensors, &data_bytes, &e);
 	double secs = x4_now() - t0;
 	if (o.progress)
 		fputs("\r\033[K", stderr);
-	if (rc) {
+	if (rc)
 		fprintf(stderr, PROG ": %s\n", e.msg);
-		undo();
-		x4_vocab_free(&v);
-		return 1;
-	}
-	if (n_written < MAX_WRITTEN)
-		snprintf(written[n_written++], sizeof written[0], "%s", path);
-	gguf_tmp[0] = '\0';
 
-	size_t len = 0;
-	char *json = config_json(&c, &len);
-	int bad = !json || write_file(dir, "config.json", json, len);
-	free(json);
-	json = bad ? NULL : tokenizer_config_json(&c, &v, &len);
-	bad = bad || !json || write_file(dir, "tokenizer_config.json", json, len);
-	free(json);
-	bad = bad || write_file(dir, "tokenizer.model", v.model, v.model_len);
-	const char *tmpl = x4_chat_template_jinja();
-	bad = bad || write_file(dir, "chat_template.jinja", tmpl, strlen(tmpl));
+	int bad = rc || write_tokenizer_folder(&c, &v);
 	x4_vocab_free(&v);
-	if (bad) {
-		fprintf(stderr, PROG ": the tokenizer folder could not be written; removed what "
-			"this run wrote in %s\n", dir);
-		undo();
+	if (bad || commit(dir)) {
+		rollback();
+		fprintf(stderr, PROG ": nothing in %s was changed\n", dir);
 		return 1;
 	}
+	const char *path = target[F_GGUF];
 	fprintf(stderr, PROG ": wrote %s: %d tensors, %llu bytes of tensor data, %.2f s, "
 		"%.2f GB/s\n", path, n_tensors, (unsigned long long)data_bytes, secs,
 		secs > 0 ? (double)data_bytes / secs / 1e9 : 0.0);

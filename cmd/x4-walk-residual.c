@@ -16,6 +16,7 @@
 #include <getopt.h>
 #include <limits.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,27 +26,38 @@
 #define FP16_MAX 65504.0
 #define MAX_HC 8
 #define TOPK 4
+/* The trunk's cache when x4_trunk_opts.max_ctx is 0: min(context, this). */
+#define DEFAULT_MAX_CTX 4096
 
 static void usage(FILE *f)
 {
 	fprintf(f,
-"usage: " PROG " [-m PATH] [--tokenizer DIR] (-p TEXT | --tokens IDS)\n"
+"usage: " PROG " [-m PATH] [--tokenizer DIR] [-p TEXT | -f FILE | --tokens IDS]\n"
 "                        [--arms f32,f16,bf16] [--replay BLOCK] [--device cpu|cuda:N]\n"
-"                        [--threads N] [--json]\n"
+"                        [--max-model-len N] [--threads N] [--json]\n"
 "Walk the residual streams of one forward pass, block by block and sublayer by\n"
 "sublayer, once per residual width; TSV on stdout, a '#' summary after it.\n"
 "  -m, --model PATH      a .gguf or a folder holding one (default: the tiny\n"
-"                        preset, ../build/models/tiny beside this binary)\n"
-"      --tokenizer DIR   the release's tokenizer folder\n"
+"                        preset beside this binary: ../build/models/tiny, or\n"
+"                        ../share/x4/models/tiny once installed)\n"
+"      --tokenizer DIR   the release's tokenizer folder; x4 tokenizes from the\n"
+"                        GGUF and takes only config.json's clamp keys from it\n"
+"                        (when the GGUF has none), after checking that its\n"
+"                        config.json and tokenizer.model belong to the GGUF\n"
 "  -p, --prompt TEXT     the prompt, tokenized raw (no bos)\n"
+"  -f, --file FILE       read the prompt from FILE ('-' = stdin); with no -p, -f\n"
+"                        or --tokens it is read from stdin when that is not a\n"
+"                        terminal; one final newline is dropped\n"
 "      --tokens IDS      raw token ids, comma separated (--tokens 2: the record's\n"
 "                        one-token <_end> walk)\n"
 "      --arms LIST       residual widths to run, of f32, f16, bf16 (default all)\n"
 "      --replay BLOCK    recompute that MoE block in float64 from the file's weights\n"
 "                        on the f32 arm's captured input\n"
 "      --device DEV      cpu (default) or cuda:N for the arms (float64 runs on the CPU)\n"
+"      --max-model-len N positions the KV cache holds (default min(context, 4096),\n"
+"                        at most the model's trained context); the prompt must fit\n"
 "      --threads N       CPU threads (default 0 = all)\n"
-"      --json            one JSON object per line instead of TSV\n"
+"      --json            JSON Lines instead of TSV: one JSON object per line\n"
 "  -h, --help            this help\n"
 "      --version         version, commit and CUDA runtime\n"
 "Exit status: 0 the f32 arm stayed finite, 1 it did not or a failure, 2 usage.\n");
@@ -68,6 +80,35 @@ static long parse_long(const char *s, long lo, long hi, const char *opt)
 	return v;
 }
 
+/* ---- stdout: every write checked, nothing more written after the first
+ * that failed; main reports it once (exit 1) ---- */
+
+static int out_errno; /* of the first failed write, 0 while none has failed */
+
+static void out(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void out(const char *fmt, ...)
+{
+	if (out_errno)
+		return;
+	va_list ap;
+	va_start(ap, fmt);
+	int r = vprintf(fmt, ap);
+	va_end(ap);
+	if (r < 0 || ferror(stdout))
+		out_errno = errno ? errno : EIO;
+}
+
+/* Flush and say whether everything reached stdout; the message if not. */
+static bool out_done(const char *what)
+{
+	if (!out_errno && fflush(stdout) != 0)
+		out_errno = errno ? errno : EIO;
+	if (!out_errno)
+		return true;
+	fprintf(stderr, PROG ": writing %s to stdout failed: %s\n", what, strerror(out_errno));
+	return false;
+}
+
 /* What one probe call saw, reduced. */
 struct rowstat {
 	bool seen;
@@ -85,6 +126,8 @@ struct arm {
 	float top_v[TOPK];
 	int n_top;
 	char overflow[32], nonfinite[32]; /* "block:sublayer", "logits" or "" */
+	bool failed;       /* the forward pass returned an error (in err) */
+	x4_err err;
 	/* the FFN sublayer of the replay block, captured (f32 arm only) */
 	int capture_block;
 	float *cap_in, *cap_out; /* [n_embd] */
@@ -161,7 +204,7 @@ static void summarize(struct arm *a, int n_block, int n_vocab)
 	}
 	bool logits_bad = false;
 	a->n_top = 0;
-	for (int v = 0; v < n_vocab; v++) {
+	for (int v = 0; !a->failed && v < n_vocab; v++) {
 		float x = a->logits[v];
 		if (!isfinite(x))
 			logits_bad = true;
@@ -206,11 +249,11 @@ static int run_arm(const x4_model *m, const x4_trunk_opts *base, struct arm *a,
 static void put_num(double v, bool json)
 {
 	if (isfinite(v))
-		printf("%.4g", v);
+		out("%.4g", v);
 	else if (json)
-		printf("\"%s\"", isnan(v) ? "nan" : v > 0 ? "inf" : "-inf");
+		out("\"%s\"", isnan(v) ? "nan" : v > 0 ? "inf" : "-inf");
 	else
-		printf("%s", isnan(v) ? "nan" : v > 0 ? "inf" : "-inf");
+		out("%s", isnan(v) ? "nan" : v > 0 ? "inf" : "-inf");
 }
 
 static void print_table(struct arm *arms, int n_arms, int n_block, bool json)
@@ -218,93 +261,107 @@ static void print_table(struct arm *arms, int n_arms, int n_block, bool json)
 	static const char *sub[2] = {"attn", "ffn"};
 	int n_hc = arms[0].n_hc;
 	if (!json) {
-		printf("block\tsublayer");
+		out("block\tsublayer");
 		for (int k = 0; k < n_arms; k++) {
 			for (int s = 0; s < n_hc; s++)
-				printf("\t%s_s%d_max\t%s_s%d_rms", arms[k].name, s, arms[k].name, s);
-			printf("\t%s_y_max\t%s_nonfinite", arms[k].name, arms[k].name);
+				out("\t%s_s%d_max\t%s_s%d_rms", arms[k].name, s, arms[k].name, s);
+			out("\t%s_y_max\t%s_nonfinite", arms[k].name, arms[k].name);
 		}
-		printf("\n");
+		out("\n");
 	}
 	for (int i = 0; i < n_block * 2; i++) {
-		printf(json ? "{\"block\":%d,\"sublayer\":\"%s\"" : "%d\t%s", i / 2, sub[i % 2]);
+		out(json ? "{\"block\":%d,\"sublayer\":\"%s\"" : "%d\t%s", i / 2, sub[i % 2]);
 		for (int k = 0; k < n_arms; k++) {
 			struct rowstat *r = &arms[k].rows[i];
+			if (!r->seen) { /* an arm that failed before this row */
+				if (json)
+					out(",\"%s\":null", arms[k].name);
+				for (int c = 0; !json && c < 2 * n_hc + 2; c++)
+					out("\t-");
+				continue;
+			}
 			if (json) {
-				printf(",\"%s\":{\"s_max\":[", arms[k].name);
+				out(",\"%s\":{\"s_max\":[", arms[k].name);
 				for (int s = 0; s < n_hc; s++) {
-					printf(s ? "," : "");
+					out(s ? "," : "");
 					put_num(r->s_max[s], true);
 				}
-				printf("],\"s_rms\":[");
+				out("],\"s_rms\":[");
 				for (int s = 0; s < n_hc; s++) {
-					printf(s ? "," : "");
+					out(s ? "," : "");
 					put_num(r->s_rms[s], true);
 				}
-				printf("],\"y_max\":");
+				out("],\"y_max\":");
 				put_num(r->y_max, true);
 				if (r->nonfinite[0])
-					printf(",\"nonfinite\":\"%s\"}", r->nonfinite);
+					out(",\"nonfinite\":\"%s\"}", r->nonfinite);
 				else
-					printf(",\"nonfinite\":null}");
+					out(",\"nonfinite\":null}");
 				continue;
 			}
 			for (int s = 0; s < n_hc; s++) {
-				printf("\t");
+				out("\t");
 				put_num(r->s_max[s], false);
-				printf("\t");
+				out("\t");
 				put_num(r->s_rms[s], false);
 			}
-			printf("\t");
+			out("\t");
 			put_num(r->y_max, false);
-			printf("\t%s", r->nonfinite[0] ? r->nonfinite : "-");
+			out("\t%s", r->nonfinite[0] ? r->nonfinite : "-");
 		}
-		printf(json ? "}\n" : "\n");
+		out(json ? "}\n" : "\n");
 	}
 }
 
 /* A JSON string of a path: quotes, backslashes and control bytes escaped. */
 static void put_json_str(const char *v)
 {
-	putchar('"');
+	out("\"");
 	for (const unsigned char *p = (const unsigned char *)v; *p; p++)
 		if (*p == '"' || *p == '\\')
-			printf("\\%c", *p);
+			out("\\%c", *p);
 		else if (*p < 0x20)
-			printf("\\u%04x", *p);
+			out("\\u%04x", *p);
 		else
-			putchar(*p);
-	putchar('"');
+			out("%c", *p);
+	out("\"");
 }
 
 /* "key":"value", or "key":null for an empty value */
 static void json_opt(const char *key, const char *v)
 {
 	if (v[0])
-		printf("\"%s\":\"%s\",", key, v);
+		out("\"%s\":\"%s\",", key, v);
 	else
-		printf("\"%s\":null,", key);
+		out("\"%s\":null,", key);
 }
 
 static void print_summary(const struct arm *a, bool json)
 {
 	if (json) {
-		printf("{\"arm\":\"%s\",\"prec\":\"%s\",\"resid\":\"%s\",", a->name,
+		out("{\"arm\":\"%s\",\"prec\":\"%s\",\"resid\":\"%s\",", a->name,
 		       a->prec == X4_PREC_F64 ? "f64" : "f32", x4_resid_name(a->resid));
 		json_opt("first_fp16_overflow", a->overflow);
 		json_opt("first_nonfinite", a->nonfinite);
-		printf("\"top4\":[");
+		out("\"top4\":[");
 		for (int j = 0; j < a->n_top; j++)
-			printf("%s[%d,%.6g]", j ? "," : "", a->top_id[j], a->top_v[j]);
-		printf("]}\n");
+			out("%s[%d,%.6g]", j ? "," : "", a->top_id[j], a->top_v[j]);
+		out("],\"error\":");
+		if (a->failed)
+			put_json_str(a->err.msg);
+		else
+			out("null");
+		out("}\n");
 		return;
 	}
-	printf("# %s\t%s\t%s\t%s\t%s\t", a->name, a->prec == X4_PREC_F64 ? "f64" : "f32",
-	       x4_resid_name(a->resid), a->overflow[0] ? a->overflow : "none",
-	       a->nonfinite[0] ? a->nonfinite : "none");
+	/* A failed arm's fields are what it saw before it failed, '-' if none. */
+	const char *none = a->failed ? "-" : "none";
+	out("# %s\t%s\t%s\t%s\t%s\t", a->name, a->prec == X4_PREC_F64 ? "f64" : "f32",
+	       x4_resid_name(a->resid), a->overflow[0] ? a->overflow : none,
+	       a->nonfinite[0] ? a->nonfinite : none);
 	for (int j = 0; j < a->n_top; j++)
-		printf("%s%d:%.4f", j ? "," : "", a->top_id[j], a->top_v[j]);
-	printf("%s\n", a->n_top ? "" : "none");
+		out("%s%d:%.4f", j ? "," : "", a->top_id[j], a->top_v[j]);
+	out("%s\n", a->n_top ? "" : "none");
 }
 
 static void magnitude(const float *v, int n, double *max, double *rms)
@@ -347,57 +404,126 @@ static int replay(const x4_model *m, const struct arm *a, int block, bool json, 
 	double rel = t_max > 0 ? diff / t_max : diff;
 	free(y);
 	if (json) {
-		printf("{\"replay_block\":%d,\"router_agrees\":%s,\"experts\":[", block,
+		out("{\"replay_block\":%d,\"router_agrees\":%s,\"experts\":[", block,
 		       agree ? "true" : "false");
 		for (int j = 0; j < r.n_used; j++)
-			printf("%s{\"id\":%d,\"weight\":%.6g,\"out_max\":%.6g,\"out_rms\":%.6g}",
+			out("%s{\"id\":%d,\"weight\":%.6g,\"out_max\":%.6g,\"out_rms\":%.6g}",
 			       j ? "," : "", r.experts[j], r.weight[j], r.out_max[j], r.out_rms[j]);
-		printf("],\"shared_max\":%.6g,\"shared_rms\":%.6g,\"y_max\":%.6g,\"y_rms\":%.6g,"
+		out("],\"shared_max\":%.6g,\"shared_rms\":%.6g,\"y_max\":%.6g,\"y_rms\":%.6g,"
 		       "\"trunk_y_max\":", r.shared_max, r.shared_rms, cmp->y_max, cmp->y_rms);
 		put_num(t_max, true);
-		printf(",\"trunk_y_rms\":");
+		out(",\"trunk_y_rms\":");
 		put_num(t_rms, true);
-		printf(",\"rel_err\":");
+		out(",\"rel_err\":");
 		put_num(rel, true);
-		printf("}\n");
+		out("}\n");
 		return 0;
 	}
-	printf("# replay of block %d: its MoE in float64 from the dequantized weights, on the %s "
+	out("# replay of block %d: its MoE in float64 from the dequantized weights, on the %s "
 	       "arm's captured FFN input\n", block, a->name);
-	printf("# expert\tweight\tout_max\tout_rms\n");
+	out("# expert\tweight\tout_max\tout_rms\n");
 	for (int j = 0; j < r.n_used; j++)
-		printf("# %d\t%.4f\t%.4g\t%.4g\n", r.experts[j], r.weight[j], r.out_max[j],
+		out("# %d\t%.4f\t%.4g\t%.4g\n", r.experts[j], r.weight[j], r.out_max[j],
 		       r.out_rms[j]);
 	if (x4_model_config(m)->n_expert_shared > 0)
-		printf("# shared\t1\t%.4g\t%.4g\n", r.shared_max, r.shared_rms);
-	printf("# y_replay\t-\t%.4g\t%.4g\n", cmp->y_max, cmp->y_rms);
-	printf("# y_trunk\t-\t%.4g\t%.4g\n", t_max, t_rms);
-	printf("# trunk experts: ");
+		out("# shared\t1\t%.4g\t%.4g\n", r.shared_max, r.shared_rms);
+	out("# y_replay\t-\t%.4g\t%.4g\n", cmp->y_max, cmp->y_rms);
+	out("# y_trunk\t-\t%.4g\t%.4g\n", t_max, t_rms);
+	out("# trunk experts: ");
 	for (int j = 0; j < k; j++)
-		printf("%s%d", j ? "," : "", trunk_sel[j]);
-	printf(" (%s the float64 router)\n", agree ? "the same as" : "differ from");
-	printf("# replay_vs_trunk: max |y_replay - y_trunk| / max |y_trunk| = %.3g\n", rel);
+		out("%s%d", j ? "," : "", trunk_sel[j]);
+	out(" (%s the float64 router)\n", agree ? "the same as" : "differ from");
+	out("# replay_vs_trunk: max |y_replay - y_trunk| / max |y_trunk| = %.3g\n", rel);
 	return 0;
+}
+
+/* The whole prompt from f, one final newline dropped (echo and editors add
+ * one; it is not part of the text).  NULL with the message printed. */
+static char *slurp(FILE *f, const char *name, size_t *len)
+{
+	size_t cap = 4096, n = 0;
+	char *buf = malloc(cap);
+	while (buf) {
+		n += fread(buf + n, 1, cap - 1 - n, f);
+		if (n < cap - 1)
+			break;
+		char *nb = realloc(buf, cap *= 2);
+		if (!nb)
+			free(buf);
+		buf = nb;
+	}
+	if (!buf || ferror(f)) {
+		fprintf(stderr, PROG ": cannot read the prompt from %s: %s\n", name,
+			buf ? strerror(errno) : "out of memory");
+		free(buf);
+		return NULL;
+	}
+	if (n && buf[n - 1] == '\n')
+		n -= n > 1 && buf[n - 2] == '\r' ? 2 : 1;
+	buf[n] = 0;
+	*len = n;
+	return buf;
+}
+
+/* Why the f32 arm is not finite, from what the table saw before it. */
+static void explain_nonfinite(const struct arm *a, int n_block)
+{
+	static const char *sub[2] = {"attn", "ffn"};
+	double before = 0; /* the largest stream magnitude up to the row before */
+	bool any_before = false;
+	for (int i = 0; i < n_block * 2; i++) {
+		const struct rowstat *r = &a->rows[i];
+		if (!r->seen)
+			continue;
+		if (r->nonfinite[0]) {
+			if (!any_before)
+				fprintf(stderr, PROG ": the f32 arm went non-finite in block %d's %s, the "
+					"first sublayer it saw (%s first): a weight of the embedding or of "
+					"that sublayer is not finite, or its arithmetic overflows fp32; "
+					"not the residual's width\n", i / 2, sub[i % 2], r->nonfinite);
+			else if (before > 1e37)
+				fprintf(stderr, PROG ": the f32 arm overflowed fp32 at block %d's %s "
+					"(%s first): the streams had reached %.3g before it, near "
+					"fp32's 3.4e38; the table shows where they grew\n", i / 2,
+					sub[i % 2], r->nonfinite, before);
+			else
+				fprintf(stderr, PROG ": the f32 arm went non-finite at block %d's %s "
+					"(%s first) while the streams before it were at most %.3g, far "
+					"inside fp32's range: that sublayer made the value itself (a "
+					"weight that is not finite, or arithmetic that overflows fp32), "
+					"not the residual's width\n", i / 2, sub[i % 2], r->nonfinite,
+					before);
+			return;
+		}
+		for (int s = 0; s < a->n_hc; s++)
+			before = fmax(before, r->s_max[s]);
+		any_before = true;
+	}
+	fprintf(stderr, PROG ": the f32 arm's streams stayed finite (at most %.3g) but its "
+		"logits are not: the output norm or the head's weights are not finite\n", before);
 }
 
 int main(int argc, char **argv)
 {
-	enum { O_TOK = 256, O_TOKENS, O_ARMS, O_REPLAY, O_DEVICE, O_THREADS, O_JSON, O_VERSION };
+	enum { O_TOK = 256, O_TOKENS, O_ARMS, O_REPLAY, O_DEVICE, O_THREADS, O_JSON, O_VERSION,
+	       O_MAXLEN };
 	static const struct option lo[] = {
 		{"model", required_argument, 0, 'm'},
 		{"tokenizer", required_argument, 0, O_TOK},
 		{"prompt", required_argument, 0, 'p'},
+		{"file", required_argument, 0, 'f'},
 		{"tokens", required_argument, 0, O_TOKENS},
 		{"arms", required_argument, 0, O_ARMS},
 		{"replay", required_argument, 0, O_REPLAY},
 		{"device", required_argument, 0, O_DEVICE},
+		{"max-model-len", required_argument, 0, O_MAXLEN},
 		{"threads", required_argument, 0, O_THREADS},
 		{"json", no_argument, 0, O_JSON},
 		{"help", no_argument, 0, 'h'},
 		{"version", no_argument, 0, O_VERSION},
 		{0, 0, 0, 0},
 	};
-	const char *model = NULL, *tokdir = NULL, *prompt = NULL, *tokens = NULL;
+	const char *model = NULL, *tokdir = NULL, *prompt = NULL, *file = NULL, *tokens = NULL;
 	const char *arm_list = "f32,f16,bf16";
 	int replay_block = -1;
 	bool json = false;
@@ -405,11 +531,12 @@ int main(int argc, char **argv)
 	x4_trunk_opts_default(&base);
 	base.device = -1;
 	int c;
-	while ((c = getopt_long(argc, argv, "m:p:h", lo, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "m:p:f:h", lo, NULL)) != -1) {
 		switch (c) {
 		case 'm': model = optarg; break;
 		case O_TOK: tokdir = optarg; break;
 		case 'p': prompt = optarg; break;
+		case 'f': file = optarg; break;
 		case O_TOKENS: tokens = optarg; break;
 		case O_ARMS: arm_list = optarg; break;
 		case O_REPLAY: replay_block = (int)parse_long(optarg, 0, INT_MAX, "--replay"); break;
@@ -421,21 +548,31 @@ int main(int argc, char **argv)
 			}
 			break;
 		}
+		case O_MAXLEN:
+			base.max_ctx = (int)parse_long(optarg, 1, INT_MAX, "--max-model-len");
+			break;
 		case O_THREADS: base.threads = (int)parse_long(optarg, 0, 4096, "--threads"); break;
 		case O_JSON: json = true; break;
-		case 'h': usage(stdout); return 0;
+		case 'h':
+			usage(stdout);
+			return out_done("the help") ? 0 : 1;
 		case O_VERSION:
-			printf(PROG " %s (commit %s, CUDA runtime %s)\n", x4_version(), x4_commit(),
-			       x4_cuda_runtime());
-			return 0;
+			out(PROG " %s (commit %s, CUDA runtime %s)\n", x4_version(), x4_commit(),
+			    x4_cuda_runtime());
+			return out_done("the version") ? 0 : 1;
 		default: usage(stderr); return 2;
 		}
 	}
 	if (optind < argc)
 		die_usage("unexpected argument", argv[optind]);
-	if (!!prompt == !!tokens) {
-		fprintf(stderr, PROG ": give the input once: -p TEXT or --tokens IDS (see " PROG
-			" -h)\n");
+	if (!!prompt + !!file + !!tokens > 1) {
+		fprintf(stderr, PROG ": give the input once: -p TEXT, -f FILE or --tokens IDS (see "
+			PROG " -h)\n");
+		return 2;
+	}
+	if (!prompt && !file && !tokens && isatty(STDIN_FILENO)) {
+		fprintf(stderr, PROG ": no input: give -p TEXT, -f FILE, --tokens IDS or the prompt "
+			"on stdin (see " PROG " -h)\n");
 		return 2;
 	}
 
@@ -466,54 +603,118 @@ int main(int argc, char **argv)
 	arms[n_arms].name = "f64";
 	arms[n_arms].resid = X4_RESID_F32;
 	arms[n_arms].prec = X4_PREC_F64;
+	int f32_arm = -1;
+	for (int k = 0; k < n_arms; k++)
+		if (arms[k].resid == X4_RESID_F32)
+			f32_arm = k;
+	if (replay_block >= 0 && f32_arm < 0) {
+		fprintf(stderr, PROG ": --replay replays on the f32 arm's activation: add f32 to "
+			"--arms (see " PROG " -h)\n");
+		return 2;
+	}
+
+	/* Everything the command line holds is checked before the model opens. */
+	x4_err e = {0};
+	size_t n_ids = 0, text_len = 0;
+	int32_t *ids = NULL;
+	char *text = NULL;
+	if (tokens) {
+		if (x4_parse_ids(tokens, &ids, &n_ids, &e)) {
+			fprintf(stderr, PROG ": %s (see " PROG " -h)\n", e.msg);
+			return 2;
+		}
+	} else if (prompt) {
+		if (!(text = strdup(prompt))) {
+			fprintf(stderr, PROG ": out of memory\n");
+			return 1;
+		}
+		text_len = strlen(text);
+	} else if (file && strcmp(file, "-") != 0) {
+		FILE *f = fopen(file, "rb");
+		if (!f) {
+			fprintf(stderr, PROG ": cannot open the prompt file %s: %s\n", file,
+				strerror(errno));
+			return 1;
+		}
+		text = slurp(f, file, &text_len);
+		fclose(f);
+		if (!text)
+			return 1;
+	} else {
+		if (!(text = slurp(stdin, "stdin", &text_len)))
+			return 1;
+		if (!text_len && !file) { /* a script's </dev/null: no input was given */
+			free(text);
+			fprintf(stderr, PROG ": no input: stdin is empty; give -p TEXT, -f FILE or "
+				"--tokens IDS (see " PROG " -h)\n");
+			return 2;
+		}
+	}
 
 	char defmodel[4096];
 	if (!model) {
 		x4_default_model(defmodel, sizeof defmodel);
 		model = defmodel;
 	}
-	x4_err e = {0};
 	x4_paths paths;
 	x4_model *m = NULL;
+	int status = 1;
 	if (x4_paths_resolve(model, tokdir, &paths, &e) || x4_model_open(&m, &paths, &e)) {
 		fprintf(stderr, PROG ": %s%s\n", e.msg, model == defmodel && access(defmodel, F_OK)
 			? " (the default model is the tiny preset: run `make tiny`, or give -m)" : "");
-		return 1;
+		goto done;
 	}
 	const x4_config *cfg = x4_model_config(m);
 	if (cfg->n_hc > MAX_HC || cfg->n_expert_used > X4_REPLAY_MAX_USED) {
 		fprintf(stderr, PROG ": %d streams and %d experts a token: this tool handles at "
 			"most %d and %d\n", cfg->n_hc, cfg->n_expert_used, MAX_HC, X4_REPLAY_MAX_USED);
-		return 1;
+		goto done;
 	}
 	if (replay_block >= 0 && (replay_block < cfg->n_dense || replay_block >= cfg->n_block)) {
 		fprintf(stderr, PROG ": --replay %d: not an MoE block; this model's MoE blocks are "
-			"%d..%d\n", replay_block, cfg->n_dense, cfg->n_block - 1);
-		return 2;
+			"%d..%d (see " PROG " -h)\n", replay_block, cfg->n_dense, cfg->n_block - 1);
+		status = 2;
+		goto done;
 	}
-	size_t n_ids;
-	int32_t *ids;
-	if (tokens) {
-		if (x4_parse_ids(tokens, &ids, &n_ids, &e)) {
-			fprintf(stderr, PROG ": %s (see " PROG " -h)\n", e.msg);
-			return 2;
-		}
-	} else if (x4_tokenize(x4_model_tokenizer(m), prompt, strlen(prompt), 0, &ids, &n_ids, &e)) {
+	int max_ctx = base.max_ctx ? base.max_ctx
+				    : (cfg->n_ctx_train < DEFAULT_MAX_CTX ? cfg->n_ctx_train : DEFAULT_MAX_CTX);
+	if (max_ctx > cfg->n_ctx_train) {
+		fprintf(stderr, PROG ": --max-model-len %d: the model's context is 1 to %d positions "
+			"(see " PROG " -h)\n", max_ctx, cfg->n_ctx_train);
+		status = 2;
+		goto done;
+	}
+	if (text && x4_tokenize(x4_model_tokenizer(m), text, text_len, 0, &ids, &n_ids, &e)) {
 		fprintf(stderr, PROG ": cannot tokenize the prompt: %s\n", e.msg);
-		return 1;
+		goto done;
 	}
 	if (!n_ids) {
 		fprintf(stderr, PROG ": the prompt has no tokens\n");
-		return 1;
+		goto done;
 	}
 	for (size_t i = 0; i < n_ids; i++)
 		if (ids[i] >= cfg->n_vocab) {
 			fprintf(stderr, PROG ": token id %d is outside the vocabulary [0, %d)\n", ids[i],
 				cfg->n_vocab);
-			return 1;
+			goto done;
 		}
+	if (n_ids > (size_t)max_ctx) {
+		if (max_ctx < cfg->n_ctx_train)
+			fprintf(stderr, PROG ": the prompt has %zu tokens and the cache holds %d "
+				"positions (--max-model-len%s): raise --max-model-len, up to the "
+				"model's context of %d, or shorten the prompt\n", n_ids, max_ctx,
+				base.max_ctx ? "" : ", by default min(context, 4096)",
+				cfg->n_ctx_train);
+		else
+			fprintf(stderr, PROG ": the prompt has %zu tokens and the model's context is %d "
+				"positions: shorten the prompt\n", n_ids, cfg->n_ctx_train);
+		goto done;
+	}
+	base.max_ctx = max_ctx;
 
-	int f32_arm = -1;
+	/* An arm that fails is reported and the others still run: what they
+	 * saw is printed either way. */
+	bool any_failed = false;
 	for (int k = 0; k <= n_arms; k++) {
 		struct arm *a = &arms[k];
 		a->n_embd = cfg->n_embd;
@@ -524,74 +725,80 @@ int main(int argc, char **argv)
 		a->logits = malloc((size_t)cfg->n_vocab * sizeof *a->logits);
 		if (!a->rows || !a->logits) {
 			fprintf(stderr, PROG ": out of memory\n");
-			return 1;
+			goto done;
 		}
-		if (k < n_arms && a->resid == X4_RESID_F32) {
-			f32_arm = k;
-			if (replay_block >= 0) {
-				a->capture_block = replay_block;
-				a->cap_in = malloc((size_t)cfg->n_embd * sizeof *a->cap_in);
-				a->cap_out = malloc((size_t)cfg->n_embd * sizeof *a->cap_out);
-				if (!a->cap_in || !a->cap_out) {
-					fprintf(stderr, PROG ": out of memory\n");
-					return 1;
-				}
+		if (k == f32_arm && replay_block >= 0) {
+			a->capture_block = replay_block;
+			a->cap_in = malloc((size_t)cfg->n_embd * sizeof *a->cap_in);
+			a->cap_out = malloc((size_t)cfg->n_embd * sizeof *a->cap_out);
+			if (!a->cap_in || !a->cap_out) {
+				fprintf(stderr, PROG ": out of memory\n");
+				goto done;
 			}
 		}
-		if (run_arm(m, &base, a, ids, n_ids, &e)) {
-			fprintf(stderr, PROG ": the %s arm: %s\n", a->name, e.msg);
-			return 1;
+		if (run_arm(m, &base, a, ids, n_ids, &a->err)) {
+			fprintf(stderr, PROG ": the %s arm: %s\n", a->name, a->err.msg);
+			a->failed = any_failed = true;
 		}
 		summarize(a, cfg->n_block, cfg->n_vocab);
-	}
-	if (replay_block >= 0 && f32_arm < 0) {
-		fprintf(stderr, PROG ": --replay replays on the f32 arm's activation: add f32 to "
-			"--arms\n");
-		return 2;
 	}
 
 	print_table(arms, n_arms, cfg->n_block, json);
 	if (!json)
-		printf("# arm\tprec\tresid\tfirst_fp16_overflow\tfirst_nonfinite\ttop4\n");
+		out("# arm\tprec\tresid\tfirst_fp16_overflow\tfirst_nonfinite\ttop4\n");
 	for (int k = 0; k <= n_arms; k++)
 		print_summary(&arms[k], json);
 	if (f32_arm >= 0) {
+		/* Two empty lists are not a match: with no finite logits on either
+		 * side there is nothing to compare. */
 		const struct arm *a = &arms[f32_arm], *r = &arms[n_arms];
-		bool same = a->n_top == r->n_top &&
+		bool known = a->n_top > 0 && r->n_top > 0;
+		bool same = known && a->n_top == r->n_top &&
 			    !memcmp(a->top_id, r->top_id, (size_t)a->n_top * sizeof *a->top_id);
-		printf(json ? "{\"f32_top4_ids_equal_f64\":%s}\n" : "# f32_top4_ids_equal_f64: %s\n",
-		       json ? (same ? "true" : "false") : (same ? "yes" : "no"));
+		if (json)
+			out("{\"f32_top4_ids_equal_f64\":%s}\n", !known ? "null" : same ? "true" : "false");
+		else
+			out("# f32_top4_ids_equal_f64: %s\n", !known ? "n/a" : same ? "yes" : "no");
 	}
 	/* Provenance: what is needed to trust the table later. */
 	char device[32];
 	snprintf(device, sizeof device, base.device < 0 ? "cpu" : "cuda:%d", base.device);
 	if (json) {
-		printf("{\"model\":");
+		out("{\"model\":");
 		put_json_str(paths.gguf);
-		printf(",\"fingerprint\":\"%s\",\"commit\":\"%s\",\"tokens\":[",
-		       x4_model_fingerprint(m), x4_commit());
+		out(",\"tokenizer_dir\":");
+		if (paths.tokdir[0])
+			put_json_str(paths.tokdir);
+		else
+			out("null");
+		out(",\"fingerprint\":\"%s\",\"commit\":\"%s\",\"tokens\":[",
+		    x4_model_fingerprint(m), x4_commit());
 	} else {
-		printf("# model %s fingerprint %s commit %s tokens ", paths.gguf,
-		       x4_model_fingerprint(m), x4_commit());
+		out("# model %s fingerprint %s commit %s tokenizer_dir %s tokens ", paths.gguf,
+		    x4_model_fingerprint(m), x4_commit(), paths.tokdir[0] ? paths.tokdir : "-");
 	}
 	for (size_t i = 0; i < n_ids; i++)
-		printf("%s%d", i ? "," : "", ids[i]);
-	printf(json ? "],\"device\":\"%s\"}\n" : " device %s\n", device);
-	if (replay_block >= 0) {
+		out("%s%d", i ? "," : "", ids[i]);
+	out(json ? "],\"device\":\"%s\"}\n" : " device %s\n", device);
+	status = any_failed ? 1 : 0;
+	if (replay_block >= 0 && !arms[f32_arm].failed) {
 		const struct arm *a = &arms[f32_arm];
 		if (!a->captured) {
 			fprintf(stderr, PROG ": --replay %d: the trunk reported no MoE routing for that "
 				"block\n", replay_block);
-			return 1;
-		}
-		fflush(stdout);
-		if (replay(m, a, replay_block, json, &e)) {
+			status = 1;
+		} else if (replay(m, a, replay_block, json, &e)) {
 			fprintf(stderr, PROG ": --replay %d: %s\n", replay_block, e.msg);
-			return 1;
+			status = 1;
 		}
 	}
-	fflush(stdout);
-	int status = f32_arm >= 0 && arms[f32_arm].nonfinite[0] ? 1 : 0;
+	if (!out_done(json ? "the JSON lines" : "the table")) {
+		status = 1;
+	} else if (f32_arm >= 0 && !arms[f32_arm].failed && arms[f32_arm].nonfinite[0]) {
+		explain_nonfinite(&arms[f32_arm], cfg->n_block);
+		status = 1;
+	}
+done:
 	for (int k = 0; k <= n_arms; k++) {
 		free(arms[k].rows);
 		free(arms[k].logits);
@@ -599,6 +806,7 @@ int main(int argc, char **argv)
 		free(arms[k].cap_out);
 	}
 	free(ids);
+	free(text);
 	x4_model_close(m);
 	return status;
 }

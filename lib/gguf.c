@@ -498,7 +498,9 @@ static int place_tensors(x4_gguf *g, struct cur *c)
 static int parse(x4_gguf *g, x4_err *e)
 {
 	struct cur c = { .b = g->base, .size = g->size, .pos = 0, .e = e };
-	uint64_t n_t, n_kv;
+	/* Zeroed: at -O3 GCC 12 cannot see that parse_header fails (nonzero)
+	 * whenever it leaves them unset. */
+	uint64_t n_t = 0, n_kv = 0;
 	int rc;
 	if ((rc = parse_header(g, &c, &n_t, &n_kv)) || (rc = parse_kvs(g, &c, n_kv)) ||
 	    (rc = parse_alignment(g, &c)))
@@ -534,7 +536,9 @@ int x4_gguf_open_mem(x4_gguf **out, const void *data, size_t size, x4_err *e)
 int x4_gguf_open(x4_gguf **out, const char *path, x4_err *e)
 {
 	*out = NULL;
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	/* O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused
+	 * below); a regular file ignores the flag. */
+	int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
 	if (fd < 0)
 		return x4_err_set(e, errno == ENOENT ? X4_ENOTFOUND : X4_EIO, "%s: %s", path,
 				  strerror(errno));
@@ -546,7 +550,12 @@ int x4_gguf_open(x4_gguf **out, const char *path, x4_err *e)
 	}
 	if (!S_ISREG(st.st_mode)) {
 		close(fd);
-		return x4_err_set(e, X4_EIO, "%s: not a regular file", path);
+		return x4_err_set(e, X4_EIO, "%s is not a regular file (%s): x4 maps a GGUF, so "
+				  "it must be a file on disk; copy it to one", path,
+				  S_ISFIFO(st.st_mode) ? "a FIFO" : S_ISDIR(st.st_mode) ? "a folder" :
+				  S_ISCHR(st.st_mode) ? "a character device" :
+				  S_ISSOCK(st.st_mode) ? "a socket" : S_ISBLK(st.st_mode) ?
+				  "a block device" : "not a plain file");
 	}
 	void *map = NULL;
 	if (st.st_size > 0) {

@@ -151,7 +151,9 @@ int x4_config_read(const x4_gguf *g, x4_config *c, x4_err *e)
 
 	/* Keys whose only legal value is fixed by the absorbed MLA and the
 	 * single-group router: read them so a foreign variant is refused. */
-	int head_kv, key_len, value_len, groups, groups_used;
+	/* Zeroed: at -O3 GCC 12 cannot see that get_int fails (nonzero)
+	 * whenever it leaves *v unset. */
+	int head_kv = 0, key_len = 0, value_len = 0, groups = 0, groups_used = 0;
 	if ((rc = get_int(g, ARCH ".attention.head_count_kv", 1, 4096, &head_kv, e)) ||
 	    (rc = get_int(g, ARCH ".attention.key_length", 1, 1 << 20, &key_len, e)) ||
 	    (rc = get_int(g, ARCH ".attention.value_length", 1, 1 << 20, &value_len, e)) ||

@@ -4,6 +4,7 @@
  * against x4_layout (the one list of what a xing4_0 file holds) and the
  * tokenizer from the GGUF header.
  */
+#include "tok_int.h"
 #include "trunk_int.h"
 
 #include <dirent.h>
@@ -27,19 +28,31 @@ static bool is_file(const char *p)
 	return stat(p, &st) == 0 && S_ISREG(st.st_mode);
 }
 
-/* A whole small text file, NUL-terminated, or NULL. */
-static char *slurp(const char *path, size_t max)
+/* A whole small file, NUL-terminated, or NULL; *len its length when len
+ * is given, *big set when the file holds more than max bytes. */
+static char *slurp_n(const char *path, size_t max, size_t *len, bool *big)
 {
 	FILE *f = fopen(path, "rb");
 	if (!f)
 		return NULL;
-	char *buf = malloc(max + 1);
-	size_t n = buf ? fread(buf, 1, max, f) : 0;
+	char *buf = malloc(max + 2);
+	size_t n = buf ? fread(buf, 1, max + 1, f) : 0;
+	bool bad = ferror(f);
 	fclose(f);
-	if (buf)
-		buf[n] = 0;
+	if (!buf || bad) {
+		free(buf);
+		return NULL;
+	}
+	if (big)
+		*big = n > max;
+	n = X4_MIN(n, max);
+	buf[n] = 0;
+	if (len)
+		*len = n;
 	return buf;
 }
+
+static char *slurp(const char *path, size_t max) { return slurp_n(path, max, NULL, NULL); }
 
 /* The value after "key": in a JSON text, found by the quoted key anywhere
  * (config.json is flat where x4 looks); NULL when absent. */
@@ -111,8 +124,9 @@ static int find_one_gguf(const char *dir, char *out, x4_err *e)
 	DIR *d = opendir(dir);
 	if (!d)
 		return x4_err_set(e, X4_EIO, "%s: %s", dir, strerror(errno));
-	char found[1024] = "";
+	char found[768] = ""; /* the names that fit, then "..." */
 	int n = 0;
+	bool cut = false;
 	struct dirent *de;
 	while ((de = readdir(d))) {
 		size_t l = strlen(de->d_name);
@@ -126,8 +140,12 @@ static int find_one_gguf(const char *dir, char *out, x4_err *e)
 			closedir(d);
 			return X4_EINVAL;
 		}
-		size_t fl = strlen(found);
-		snprintf(found + fl, sizeof found - fl, "%s%s", n ? ", " : "", p);
+		size_t fl = strlen(found), room = sizeof found - fl - 6; /* 6: ", ..." fits */
+		int k = cut ? -1 : snprintf(found + fl, room, "%s%s", n ? ", " : "", p);
+		if (!cut && (k < 0 || (size_t)k >= room)) {
+			snprintf(found + fl, sizeof found - fl, "%s...", n ? ", " : "");
+			cut = true;
+		}
 		n++;
 	}
 	closedir(d);
@@ -164,7 +182,11 @@ int x4_paths_resolve(const char *model, const char *tokdir, x4_paths *p, x4_err 
 		else
 			snprintf(home, sizeof home, "%.*s", (int)(slash - model), model);
 	} else {
-		return x4_err_set(e, X4_ENOTFOUND, "%s: no such file or folder", model);
+		struct stat st;
+		if (stat(model, &st) == 0)
+			return x4_err_set(e, X4_EINVAL, "%s is neither a regular file nor a folder: "
+					  "name a .gguf file or a folder holding one", model);
+		return x4_err_set(e, X4_ENOTFOUND, "%s: %s", model, strerror(errno));
 	}
 
 	if (tokdir && *tokdir) {
@@ -220,12 +242,19 @@ static void shape_str(char *out, size_t cap, int type, int n_dims, const uint64_
 		snprintf(out + k, cap - (size_t)k, "]");
 }
 
-/* Problems are gathered into one message; past the buffer they are
- * counted, so the message still says how many there were. */
+/* Problems are gathered into one message that ends at a problem's end:
+ * past its room they are only counted, so the message still says how many
+ * there were.  The room leaves the path, the count and "(and N more)"
+ * their place in the X4_ERR_MSG bytes of an x4_err. */
 struct report {
 	char msg[X4_ERR_MSG];
+	size_t room;
 	int n, shown;
+	bool full;
 };
+
+#define REPORT_PATH_MAX 256 /* a longer path is shown by its tail */
+#define REPORT_FRAME (sizeof ": 2147483647 tensor problems: " + sizeof " (and 2147483647 more)")
 
 static void report_add(struct report *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void report_add(struct report *r, const char *fmt, ...)
@@ -236,12 +265,13 @@ static void report_add(struct report *r, const char *fmt, ...)
 	vsnprintf(line, sizeof line, fmt, ap);
 	va_end(ap);
 	r->n++;
-	size_t l = strlen(r->msg);
-	/* Leave room for the closing "(and N more)". */
-	if (l + strlen(line) + 3 < sizeof r->msg - 40) {
-		snprintf(r->msg + l, sizeof r->msg - l, "%s%s", l ? "; " : "", line);
-		r->shown++;
+	size_t l = strlen(r->msg), add = (l ? 2 : 0) + strlen(line);
+	if (r->full || l + add > r->room) {
+		r->full = true; /* the shown ones stay the first ones */
+		return;
 	}
+	snprintf(r->msg + l, sizeof r->msg - l, "%s%s", l ? "; " : "", line);
+	r->shown++;
 }
 
 /* Is this tensor of the NextN block(s), which x4 recognises and skips? */
@@ -266,7 +296,10 @@ static int bind(x4_model *m, x4_err *e)
 		free(spec);
 		return X4_ENOMEM;
 	}
-	struct report r = { .n = 0 };
+	const char *path = m->paths.gguf;
+	size_t pl = strlen(path);
+	bool long_path = pl > REPORT_PATH_MAX;
+	struct report r = { .room = sizeof r.msg - REPORT_PATH_MAX - REPORT_FRAME };
 	int64_t nt = x4_gguf_tensor_count(m->g);
 	bool *used = calloc((size_t)nt + 1, 1);
 	if (!used) {
@@ -332,30 +365,133 @@ static int bind(x4_model *m, x4_err *e)
 		char more[40] = "";
 		if (r.n > r.shown)
 			snprintf(more, sizeof more, " (and %d more)", r.n - r.shown);
-		return x4_err_set(e, X4_ESHAPE, "%s: %d tensor problem%s: %s%s", m->paths.gguf, r.n,
+		return x4_err_set(e, X4_ESHAPE, "%s%s: %d tensor problem%s: %s%s",
+				  long_path ? "..." : "",
+				  long_path ? path + pl - (REPORT_PATH_MAX - 3) : path, r.n,
 				  r.n > 1 ? "s" : "", r.msg, more);
 	}
 	return 0;
 }
 
+/* ---- the tokenizer folder ----
+ *
+ * x4 tokenizes from the GGUF's own vocabulary; from the folder it takes only
+ * config.json's clamp keys, and those only when the GGUF has none.  What the
+ * folder holds is checked all the same, so that a damaged or foreign folder
+ * is refused instead of trusted: config.json is JSON with model_type
+ * xing4_0, and tokenizer.model (when there is one) is a SentencePiece model
+ * with exactly the GGUF's pieces. */
+
+#define CONFIG_MAX_BYTES (1 << 20)
+#define SPM_MAX_BYTES (64 << 20)
+#define FIX_FOLDER "restore the release's file or name the right folder with --tokenizer"
+
+static int check_config_json(const char *dir, x4_err *e)
+{
+	char p[4200];
+	snprintf(p, sizeof p, "%s/config.json", dir);
+	struct stat st;
+	if (stat(p, &st) != 0)
+		return 0; /* tokenization_xing4_0.py marked the folder */
+	if (!S_ISREG(st.st_mode))
+		return x4_err_set(e, X4_EFORMAT, "%s is not a regular file; " FIX_FOLDER, p);
+	size_t n = 0;
+	bool big = false;
+	char *js = slurp_n(p, CONFIG_MAX_BYTES, &n, &big);
+	if (!js)
+		return x4_err_set(e, X4_EIO, "%s: %s", p, strerror(errno));
+	size_t at = 0;
+	const char *why = NULL;
+	int rc = 0;
+	if (big)
+		rc = x4_err_set(e, X4_EFORMAT, "%s is over 1 MiB: not a model's config.json; "
+				FIX_FOLDER, p);
+	else if (x4_json_check(js, n, &at, &why))
+		rc = x4_err_set(e, X4_EFORMAT, "%s is not JSON (byte %zu: %s); x4 takes the "
+				"hyper-connection clamp keys from it: " FIX_FOLDER, p, at, why);
+	else if (js[strspn(js, " \t\r\n")] != '{')
+		rc = x4_err_set(e, X4_EFORMAT, "%s is JSON but not an object; " FIX_FOLDER, p);
+	else if (!json_str_is(js, "model_type", "xing4_0"))
+		rc = x4_err_set(e, X4_EFORMAT, "%s does not say \"model_type\": \"xing4_0\": the "
+				"folder is another model's; name the right one with --tokenizer", p);
+	free(js);
+	return rc;
+}
+
 /* The clamp bounds: the GGUF's extension keys, else the release folder's
- * config.json (where the release keeps them), else the released +-30. */
-static void resolve_clamp(x4_model *m)
+ * config.json (where the release keeps them), else the released +-30.
+ * Keys that are there but unusable are refused, not skipped. */
+static int resolve_clamp(x4_model *m, x4_err *e)
 {
 	if (x4_gguf_find_kv(m->g, "xing4_0.hyper_connection.clamp_min") >= 0 ||
 	    x4_gguf_find_kv(m->g, "xing4_0.hyper_connection.clamp_max") >= 0 ||
 	    !m->paths.tokdir[0])
-		return; /* x4_config_read took the keys, or defaulted to +-30 */
+		return 0; /* x4_config_read took the keys, or defaulted to +-30 */
 	char p[4200];
 	snprintf(p, sizeof p, "%s/config.json", m->paths.tokdir);
-	char *js = slurp(p, 1 << 20);
+	char *js = slurp(p, CONFIG_MAX_BYTES);
+	if (!js)
+		return 0; /* no config.json: the released +-30 */
+	int rc = 0;
 	double lo, hi;
-	if (js && json_num(js, "mhc_h_res_clamp_min", &lo) &&
-	    json_num(js, "mhc_h_res_clamp_max", &hi) && lo < hi) {
+	bool has = json_value(js, "mhc_h_res_clamp_min") || json_value(js, "mhc_h_res_clamp_max");
+	if (json_num(js, "mhc_h_res_clamp_min", &lo) && json_num(js, "mhc_h_res_clamp_max", &hi) &&
+	    lo < hi) {
 		m->c.clamp_min = (float)lo;
 		m->c.clamp_max = (float)hi;
+	} else if (has) {
+		rc = x4_err_set(e, X4_EFORMAT, "%s: mhc_h_res_clamp_min and mhc_h_res_clamp_max "
+				"must both be finite numbers, min < max; " FIX_FOLDER, p);
 	}
 	free(js);
+	return rc;
+}
+
+static int check_tokenizer_model(const x4_model *m, x4_err *e)
+{
+	char p[4200];
+	snprintf(p, sizeof p, "%s/tokenizer.model", m->paths.tokdir);
+	struct stat st;
+	if (stat(p, &st) != 0)
+		return 0; /* the GGUF's vocabulary is all x4 needs */
+	if (!S_ISREG(st.st_mode))
+		return x4_err_set(e, X4_EFORMAT, "%s is not a regular file; " FIX_FOLDER, p);
+	size_t n = 0;
+	bool big = false;
+	unsigned char *buf = (unsigned char *)slurp_n(p, SPM_MAX_BYTES, &n, &big);
+	if (!buf)
+		return x4_err_set(e, X4_EIO, "%s: %s", p, strerror(errno));
+	if (big) {
+		free(buf);
+		return x4_err_set(e, X4_EFORMAT, "%s is over 64 MiB: not a SentencePiece model; "
+				  FIX_FOLDER, p);
+	}
+	x4_spm sp;
+	x4_err pe = { 0 };
+	if (x4_spm_parse(&sp, buf, n, &pe)) {
+		free(buf);
+		/* pe.msg starts "tokenizer.model: " */
+		return x4_err_set(e, X4_EFORMAT, "%s/%s; x4 tokenizes from the GGUF and checks "
+				  "the folder's tokenizer.model against it: " FIX_FOLDER,
+				  m->paths.tokdir, pe.msg);
+	}
+	int rc = 0, nv = x4_tokenizer_n_vocab(m->tok);
+	if (sp.n != nv)
+		rc = x4_err_set(e, X4_EFORMAT, "%s has %d pieces and %s's vocabulary %d: the "
+				"folder is not this checkpoint's; name the right one with --tokenizer",
+				p, sp.n, m->paths.gguf, nv);
+	for (int i = 0; rc == 0 && i < nv; i++) {
+		const char *want = x4_token_piece(m->tok, i);
+		const x4_spm_piece *got = &sp.pieces[i];
+		if (strlen(want) != got->len || memcmp(want, got->s, got->len) != 0)
+			rc = x4_err_set(e, X4_EFORMAT, "%s: piece %d is '%.*s' where %s's vocabulary "
+					"has '%.40s': the folder is not this checkpoint's; name the "
+					"right one with --tokenizer", p, i, (int)X4_MIN(got->len, 40),
+					got->s, m->paths.gguf, want);
+	}
+	x4_spm_free(&sp);
+	free(buf);
+	return rc;
 }
 
 int x4_model_open(x4_model **out, const x4_paths *p, x4_err *e)
@@ -371,10 +507,10 @@ int x4_model_open(x4_model **out, const x4_paths *p, x4_err *e)
 		snprintf(why, sizeof why, "%s", e ? e->msg : "");
 		x4_err_set(e, rc, "%s: %s", p->gguf, why);
 	}
-	if (rc == 0) {
-		resolve_clamp(m);
+	if (rc == 0 && p->tokdir[0])
+		rc = check_config_json(p->tokdir, e);
+	if (rc == 0 && (rc = resolve_clamp(m, e)) == 0)
 		rc = bind(m, e);
-	}
 	if (rc == 0 && x4_tokenizer_from_gguf(&m->tok, m->g, e) != 0) {
 		char why[X4_ERR_MSG];
 		snprintf(why, sizeof why, "%s", e ? e->msg : "");
@@ -382,6 +518,8 @@ int x4_model_open(x4_model **out, const x4_paths *p, x4_err *e)
 				"xing4_0 file carries tokenizer.ggml.tokens/scores/token_type: "
 				"rewrite it with x4-synth or take the release's GGUF", p->gguf, why);
 	}
+	if (rc == 0 && p->tokdir[0])
+		rc = check_tokenizer_model(m, e);
 	if (rc == 0 && x4_fingerprint(p->gguf, false, m->fingerprint, e) != 0)
 		rc = e ? e->code : X4_EIO;
 	if (rc) {

@@ -333,11 +333,14 @@ int x4_synth_weights(x4_gguf_writer *w, const x4_config *c, const x4_tensor_spec
 {
 	for (int i = 0; i < o->n_loud; i++) {
 		const x4_synth_loud *l = &o->loud[i];
-		if (l->block < c->n_dense || l->block >= c->n_block_file || l->expert < 0 ||
+		/* The NextN block is MoE too, but no trunk runs it: a loud expert
+		 * there would show nowhere. */
+		if (l->block < c->n_dense || l->block >= c->n_block || l->expert < 0 ||
 		    l->expert >= c->n_expert)
-			return x4_err_set(e, X4_EINVAL, "loud expert %d:%d is not a routed expert: MoE "
-					  "blocks are %d..%d, experts 0..%d", l->block, l->expert,
-					  c->n_dense, c->n_block_file - 1, c->n_expert - 1);
+			return x4_err_set(e, X4_EINVAL, "loud expert %d:%d is not a routed expert of "
+					  "the trunk: its MoE blocks are %d..%d (block %d is NextN), "
+					  "experts 0..%d", l->block, l->expert, c->n_dense,
+					  c->n_block - 1, c->n_block, c->n_expert - 1);
 		if (!(l->factor > 0.0f) || !(l->factor <= 1000.0f))
 			return x4_err_set(e, X4_EINVAL, "loud factor %g is outside (0, 1000]",
 					  (double)l->factor);

@@ -121,13 +121,19 @@ uint64_t x4_hash_final(const x4_hash *s)
 
 int x4_fingerprint(const char *path, bool full, char out[17], x4_err *e)
 {
-	int fd = open(path, O_RDONLY);
+	/* O_NONBLOCK: opening a FIFO must not wait for a writer. */
+	int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
 	if (fd < 0)
 		return x4_err_set(e, X4_EIO, "%s: %s", path, strerror(errno));
 	struct stat st;
 	if (fstat(fd, &st) != 0) {
 		close(fd);
 		return x4_err_set(e, X4_EIO, "%s: %s", path, strerror(errno));
+	}
+	if (!S_ISREG(st.st_mode)) {
+		close(fd);
+		return x4_err_set(e, X4_EIO, "%s is not a regular file; the fingerprint reads a "
+				  "GGUF file", path);
 	}
 	uint64_t size = (uint64_t)st.st_size;
 	x4_hash h;
@@ -242,9 +248,12 @@ const char *x4_resid_name(int r)
 	return r == X4_RESID_F16 ? "f16" : r == X4_RESID_BF16 ? "bf16" : "f32";
 }
 
+/* The tiny preset beside the binary: <bindir>/../build/models/tiny in the
+ * build tree, else <bindir>/../share/x4/models/tiny where `make install`
+ * puts it; the build tree's path when neither is there, for the message. */
 void x4_default_model(char *out, size_t cap)
 {
-	char exe[4000]; /* leaves room in a 4096-byte out for the suffix */
+	char exe[3900]; /* leaves room in a 4096-byte out for the suffix */
 	ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
 	if (n <= 0) {
 		snprintf(out, cap, "build/models/tiny");
@@ -255,6 +264,14 @@ void x4_default_model(char *out, size_t cap)
 		char *slash = strrchr(exe, '/');
 		if (slash)
 			*slash = 0;
+	}
+	struct stat st;
+	snprintf(out, cap, "%s/share/x4/models/tiny", exe);
+	if (stat(out, &st) == 0 && S_ISDIR(st.st_mode)) {
+		char build[4096];
+		snprintf(build, sizeof build, "%s/build/models/tiny", exe);
+		if (stat(build, &st) != 0)
+			return;
 	}
 	snprintf(out, cap, "%s/build/models/tiny", exe);
 }

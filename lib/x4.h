@@ -440,7 +440,10 @@ int x4_paths_resolve(const char *model, const char *tokdir, x4_paths *p, x4_err 
  * by name and checked for type and shape against the config; blk.<n_block>
  * (NextN) recognised and not bound; the tokenizer from the GGUF header.
  * A missing, extra or mistyped tensor is reported with its name, expected
- * and found type and shape. */
+ * and found type and shape.  Of a tokenizer folder only config.json's clamp
+ * keys are used (when the GGUF has none), but its config.json must be JSON
+ * with model_type xing4_0 and its tokenizer.model, if any, hold the GGUF's
+ * pieces: a damaged or foreign folder is refused (X4_EFORMAT). */
 typedef struct x4_model x4_model;
 int x4_model_open(x4_model **m, const x4_paths *p, x4_err *e);
 void x4_model_close(x4_model *m);
@@ -690,8 +693,9 @@ void x4_parallel_for(int64_t n, int nthreads, void (*fn)(void *arg, int64_t i),
 /* What the tools' command lines share, so each tool parses them alike:
  * "1,5,9" -> *ids (malloc'd), strict (X4_EINVAL names the text);
  * "cpu" -> -1, "cuda:N" -> N; the name of a residual width; and the tiny
- * preset beside the running binary (<bin>/../build/models/tiny), the
- * default model of every tool. */
+ * preset beside the running binary (<bin>/../build/models/tiny in the build
+ * tree, else <bin>/../share/x4/models/tiny where `make install` puts it),
+ * the default model of every tool. */
 int x4_parse_ids(const char *s, int32_t **ids, size_t *n, x4_err *e);
 /* An integer in [lo, hi], all of s; the message names opt and the range. */
 int x4_parse_long(const char *s, long lo, long hi, const char *opt, long *v, x4_err *e);

@@ -20,6 +20,8 @@ fetch() {
 	# warns that the _apt user cannot write there, which is harmless.
 	(cd "$dir/deb" && apt-get download "${pkgs[@]}") >"$dir/apt.log" 2>&1
 }
+echo "get-corpus: fetching the Debian packages ${pkgs[*]} with apt-get download into $dir/deb" \
+	"(unpacked under $dir, nothing installed)" >&2
 if ! fetch; then
 	# A fresh container has no package lists yet: refresh them once when we may.
 	if [ "$(id -u)" -eq 0 ]; then

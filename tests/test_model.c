@@ -5,7 +5,7 @@
  * must name the tensor with its expected and found type and shape.
  */
 #include "t.h"
-#include "x4.h"
+#include "x4_int.h"
 
 #include <errno.h>
 #include <sys/stat.h>
@@ -85,6 +85,7 @@ static int copy_key(const x4_gguf *g, int64_t i, x4_gguf_writer *w)
 struct defect {
 	const char *skip_keys;  /* keys with this prefix are left out */
 	const char *drop;       /* a tensor left out */
+	const char *drop_prefix; /* every tensor whose name starts so left out */
 	const char *retype;     /* a tensor declared with another type */
 	int new_type;
 	const char *reshape;    /* a tensor declared with ne0 doubled */
@@ -114,6 +115,7 @@ static int rewrite(const char *out, const struct defect *d, x4_err *e)
 	for (int64_t i = 0; i < nt; i++) {
 		const x4_gguf_tensor *t = x4_gguf_tensor_at(g, i);
 		if ((d->drop && !strcmp(t->name, d->drop)) ||
+		    (d->drop_prefix && !strncmp(t->name, d->drop_prefix, strlen(d->drop_prefix))) ||
 		    (d->drop_nextn && !strncmp(t->name, "blk.4.", 6)))
 			continue;
 		int type = t->type;
@@ -207,6 +209,24 @@ static void test_binding(void)
 	     strstr(e.msg, "blk.3.ffn_down_exps.weight") && strstr(e.msg, "token_embd.weight"),
 	     "every problem in one message", "rc %d: %s", rc, e.msg);
 
+	/* Too many problems for one message: cut between two of them, and
+	 * the count of the rest kept. */
+	struct defect d5b = { .drop_prefix = "blk.3." };
+	rc = rewrite(f, &d5b, &e) ? -100 : try_open(f, &e);
+	int n_prob = 0, n_more = -1, n_shown = 0;
+	const char *more = strstr(e.msg, " (and ");
+	sscanf(strstr(e.msg, ": ") ? strstr(e.msg, ": ") + 2 : "", "%d", &n_prob);
+	if (more)
+		sscanf(more, " (and %d more)", &n_more);
+	for (const char *q = e.msg; (q = strstr(q, " missing (expected ")); q++)
+		n_shown++;
+	size_t ml = strlen(e.msg);
+	T_OK(rc == X4_ESHAPE && more && n_prob > 20 && n_shown + n_more == n_prob &&
+	     ml < sizeof e.msg - 1 && e.msg[ml - 1] == ')' && more[-1] == ')',
+	     "a long problem list ends at a problem, with (and N more)",
+	     "rc %d, %d problems, %d shown, %d more, %zu bytes: ...%s", rc, n_prob, n_shown,
+	     n_more, ml, ml > 120 ? e.msg + ml - 120 : e.msg);
+
 	struct defect d6 = { .drop_nextn = true };
 	rc = rewrite(f, &d6, &e) ? -100 : try_open(f, &e);
 	T_OK(rc == 0, "NextN block optional (recognised, never bound)", "rc %d: %s", rc, e.msg);
@@ -253,6 +273,117 @@ static void test_binding(void)
 	rmdir(dir2);
 	snprintf(f, sizeof f, "%s/bad.gguf", tmp);
 	unlink(f);
+}
+
+static int copy_file(const char *from, const char *to, long max)
+{
+	FILE *a = fopen(from, "rb"), *b = fopen(to, "wb");
+	int rc = a && b ? 0 : -1;
+	char buf[1 << 16];
+	size_t n;
+	long done = 0;
+	while (rc == 0 && (max < 0 || done < max) &&
+	       (n = fread(buf, 1, max < 0 ? sizeof buf : X4_MIN(sizeof buf, (size_t)(max - done)),
+			  a)) > 0) {
+		rc = fwrite(buf, 1, n, b) == n ? 0 : -1;
+		done += (long)n;
+	}
+	if (a)
+		fclose(a);
+	if (b && fclose(b))
+		rc = -1;
+	return rc;
+}
+
+/* The tiny folder beside its GGUF, with one of its files replaced. */
+static int open_folder(const char *dir, x4_err *e)
+{
+	x4_paths p;
+	x4_model *m;
+	int rc = x4_paths_resolve(dir, NULL, &p, e);
+	if (rc == 0 && (rc = x4_model_open(&m, &p, e)) == 0)
+		x4_model_close(m);
+	return rc;
+}
+
+static void test_folder(void)
+{
+	static const char *files[] = { "xing4_0-tiny.gguf", "config.json", "tokenizer.model" };
+	char dir[300], from[512], to[512];
+	if (access(TINY, R_OK) != 0)
+		return;
+	snprintf(dir, sizeof dir, "%s/folder", tmp);
+	mkdir(dir, 0755);
+	for (size_t i = 0; i < X4_ARRAY_LEN(files); i++) {
+		snprintf(from, sizeof from, "build/models/tiny/%s", files[i]);
+		snprintf(to, sizeof to, "%s/%s", dir, files[i]);
+		copy_file(from, to, -1);
+	}
+	x4_err e = { 0 };
+	int rc = open_folder(dir, &e);
+	T_OK(rc == 0, "folder: the tiny release folder is checked and passes", "rc %d: %s", rc,
+	     e.msg);
+
+	snprintf(to, sizeof to, "%s/tokenizer.model", dir);
+	copy_file("build/models/tiny/tokenizer.model", to, 4000);
+	rc = open_folder(dir, &e);
+	T_OK(rc == X4_EFORMAT && strstr(e.msg, "tokenizer.model") && strstr(e.msg, "--tokenizer"),
+	     "folder: a truncated tokenizer.model is refused", "rc %d: %s", rc, e.msg);
+	FILE *f = fopen(to, "wb");
+	uint64_t x = 7;
+	for (int i = 0; f && i < 4096; i++) {
+		uint64_t r = x4_splitmix64(&x);
+		fwrite(&r, sizeof r, 1, f);
+	}
+	if (f)
+		fclose(f);
+	rc = open_folder(dir, &e);
+	T_OK(rc == X4_EFORMAT && strstr(e.msg, "tokenizer.model"),
+	     "folder: a random tokenizer.model is refused", "rc %d: %s", rc, e.msg);
+	copy_file("data/tokenizer/mistral-v3.model", to, -1);
+	rc = open_folder(dir, &e);
+	T_OK(rc == X4_EFORMAT && strstr(e.msg, "piece 0 is '<unk>'") && strstr(e.msg, "<_unk>"),
+	     "folder: another model's tokenizer.model is refused naming the piece",
+	     "rc %d: %s", rc, e.msg);
+	unlink(to);
+	rc = open_folder(dir, &e);
+	T_OK(rc == 0, "folder: no tokenizer.model is fine (the GGUF's vocabulary)", "rc %d: %s",
+	     rc, e.msg);
+
+	snprintf(to, sizeof to, "%s/config.json", dir);
+	put("folder/config.json", "{\"model_type\": \"xing4_0\",\n  \"hidden_size\": 256\n");
+	rc = open_folder(dir, &e);
+	T_OK(rc == X4_EFORMAT && strstr(e.msg, "config.json is not JSON") &&
+	     strstr(e.msg, "ends inside an object"), "folder: a config.json that is not JSON is refused",
+	     "rc %d: %s", rc, e.msg);
+	put("folder/config.json", "{\"model_type\": \"xing4_0\", \"mhc_h_res_clamp_min\": \"low\"}");
+	snprintf(from, sizeof from, "%s/xing4_0-tiny.gguf", dir);
+	struct defect d = { .skip_keys = "xing4_0.hyper_connection.clamp" };
+	rc = rewrite(from, &d, &e);
+	rc = rc ? rc : open_folder(dir, &e);
+	T_OK(rc == X4_EFORMAT && strstr(e.msg, "mhc_h_res_clamp_min"),
+	     "folder: clamp keys that are not numbers are refused", "rc %d: %s", rc, e.msg);
+	unlink(from);
+	unlink(to);
+	rmdir(dir);
+
+	/* The checker itself. */
+	static const struct { const char *s; bool ok; } js[] = {
+		{ "{}", true }, { " [1, -2.5e3, \"a\\u00e9\\n\", true, false, null, {}] ", true },
+		{ "{\"a\": {\"b\": [0.0]}}", true }, { "", false }, { "{", false },
+		{ "{\"a\" 1}", false }, { "{\"a\": 1,}", false }, { "[01]", false },
+		{ "[1.]", false }, { "\"\\x\"", false }, { "\"a\nb\"", false }, { "{} {}", false },
+		{ "tru", false }, { "[\"\\u12\"]", false }, { "{'a': 1}", false },
+	};
+	for (size_t i = 0; i < X4_ARRAY_LEN(js); i++) {
+		size_t at = 0;
+		const char *why = NULL;
+		int r = x4_json_check(js[i].s, strlen(js[i].s), &at, &why);
+		char name[96];
+		snprintf(name, sizeof name, "json: case %zu is %s", i, js[i].ok ? "JSON" : "refused");
+		T_OK((r == 0) == js[i].ok && (r == 0 || why), name, "'%s': rc %d at %zu (%s)",
+		     js[i].s, r, at, why ? why : "");
+	}
 }
 
 static void test_paths(void)
@@ -317,6 +448,7 @@ int main(void)
 	}
 	test_paths();
 	test_binding();
+	test_folder();
 	rmdir(tmp);
 	return t_done();
 }

@@ -122,7 +122,8 @@ ok check_foreign_arch $? "exit $rc: $(head -c 300 "$T/check_llama.out")"
 # -- usage errors exit 2; -h exits 0 --
 for args in "" "--preset huge -o $T/x" "--preset tiny" "--preset tiny --seed abc -o $T/x" \
 	"--preset tiny --threads 0 -o $T/x" "--preset tiny --loud 0:0:5 -o $T/x" \
-	"--preset tiny --loud 2:99:5 -o $T/x" "--preset tiny --loud 2:0 -o $T/x" "--bogus"; do
+	"--preset tiny --loud 2:99:5 -o $T/x" "--preset tiny --loud 2:0 -o $T/x" \
+	"--preset tiny --loud 4:0:5 -o $T/x" "--bogus"; do
 	run usage $SYNTH $args
 	[ $rc -eq 2 ] && [ -s "$T/usage.err" ] && [ ! -e "$T/x" ]
 	ok "synth_usage_exit2 [${args//$T/T}]" $? "exit $rc: $(head -c 200 "$T/usage.err")"
@@ -131,6 +132,22 @@ run help $SYNTH -h
 [ $rc -eq 0 ] && grep -q '^usage: x4-synth' "$T/help.out"; ok synth_help $? "exit $rc"
 run usage_i $INSPECT
 [ $rc -eq 2 ]; ok inspect_usage_exit2 $? "exit $rc"
+# block 4 of the tiny preset is NextN, which no trunk runs
+run loud_nextn $SYNTH --preset tiny --loud 4:0:5 -o "$T/x"
+grep -q 'MoE blocks are 2\.\.3 (block 4 is the NextN block' "$T/loud_nextn.err"
+ok synth_loud_nextn_named $? "$(head -c 300 "$T/loud_nextn.err")"
+# stdout that cannot be written is a failure
+for args in -h --version; do
+	$SYNTH $args >/dev/full 2>"$T/full.err"; rc=$?
+	[ $rc -eq 1 ] && grep -q "^x4-synth: writing .* to stdout failed: No space left on device$" "$T/full.err"
+	ok "synth_stdout_full [$args]" $? "exit $rc: $(head -c 200 "$T/full.err")"
+done
+
+# -- x4-inspect on a FIFO: refused at once, never waits for a writer --
+mkfifo "$T/fifo"
+timeout 10 $INSPECT "$T/fifo" >"$T/fifo.out" 2>"$T/fifo.err" </dev/null; rc=$?
+[ $rc -eq 1 ] && grep -q 'is not a regular file (a FIFO)' "$T/fifo.err"
+ok inspect_fifo_refused $? "exit $rc (124: it hung): $(head -c 200 "$T/fifo.err")"
 
 # -- a failed write leaves nothing behind --
 mkdir -p "$T/f/xing4_0-tiny.gguf" # a folder where the GGUF must go: the rename fails
@@ -141,5 +158,42 @@ ok synth_failure_cleans_up $? "exit $rc, left: $left: $(head -c 200 "$T/synth_fa
 run synth_fail2 $SYNTH --preset tiny -o "$T/a/config.json/sub"
 [ $rc -eq 1 ] && grep -q 'cannot make the folder' "$T/synth_fail2.err"
 ok synth_output_not_a_folder $? "exit $rc: $(head -c 200 "$T/synth_fail2.err")"
+
+# -- a failed or interrupted run leaves the folder as it found it --
+state() { (cd "$1" && ls -A && md5sum -- *) 2>&1; }
+run synth_d $SYNTH --preset tiny --seed 1 -o "$T/d"
+rm "$T/d/tokenizer.model" && mkdir "$T/d/tokenizer.model" # a folder where a file must go
+before=$(state "$T/d")
+run synth_d2 $SYNTH --preset tiny --seed 2 -o "$T/d"
+[ $rc -eq 1 ] && [ "$(state "$T/d")" = "$before" ] &&
+	grep -q 'tokenizer.model is a folder, not a file' "$T/synth_d2.err"
+ok synth_failure_keeps_old_folder $? "exit $rc; before: $(echo $before | head -c 300); now: $(state "$T/d" | tr '\n' ' ' | head -c 300): $(head -c 300 "$T/synth_d2.err")"
+rmdir "$T/d/tokenizer.model"
+run synth_d3 $SYNTH --preset tiny --seed 1 -o "$T/d"
+before=$(state "$T/d")
+# A write that fails part way (the file size limit, SIGXFSZ ignored).
+(trap '' XFSZ; ulimit -f 20000; exec $SYNTH --preset tiny --seed 2 -o "$T/d") \
+	>"$T/fsize.out" 2>"$T/fsize.err" </dev/null; rc=$?
+[ $rc -eq 1 ] && [ "$(state "$T/d")" = "$before" ] && grep -q "nothing in .* was changed" "$T/fsize.err"
+ok synth_failed_write_keeps_old_folder $? "exit $rc: $(head -c 300 "$T/fsize.err")"
+# SIGINT, SIGTERM and SIGHUP while the new GGUF is being written (the
+# small preset: about 1 GB, seconds to write).
+for sig in INT TERM HUP; do
+	$SYNTH --preset small --seed 3 -o "$T/d" >/dev/null 2>"$T/sig.err" </dev/null &
+	pid=$!
+	for _ in $(seq 200); do
+		compgen -G "$T/d/.x4-synth.*/*.tmp.*" >/dev/null && break
+		sleep 0.05
+	done
+	kill -s $sig $pid
+	wait $pid; rc=$?
+	[ $rc -eq $((128 + $(kill -l $sig))) ] && [ "$(state "$T/d")" = "$before" ]
+	ok "synth_sig${sig}_keeps_old_folder" $? "exit $rc; left: $(ls -A "$T/d" | tr '\n' ' ')"
+done
+
+# -- the man page carries a real date --
+grep -q '^\.Dd [A-Z][a-z]* [0-9][0-9]*, 20[0-9][0-9]$' man/x4-synth.1 && grep -q '^\.Dd ' man/x4-inspect.1 &&
+	! grep -q 'Mdocdate' man/x4-synth.1 man/x4-inspect.1
+ok synth_inspect_man_dates $? "$(grep -H '^\.Dd' man/x4-synth.1 man/x4-inspect.1)"
 
 [ $fails -eq 0 ]

@@ -98,11 +98,79 @@ for line in open(sys.argv[1]):
 print("ok" if n >= 8 + 4 + 2 else "only %d lines" % n)' "$tmp/json" 2>&1 | tail -1)
 check walk.json $([ "$rc" = 0 ] && [ "$bad" = ok ]; echo $?) "exit $rc: $bad"
 
-# Usage errors.
-for args in "" "--tokens 2 -p x" "--tokens 2 --arms f8" "--tokens 2 --arms f32,f32" \
-	"--tokens 2 --replay 0" "--tokens 2 --replay x" "--tokens a"; do
+# Usage errors (stdin empty: no input).
+for args in "" "--tokens 2 -p x" "-p x -f $tmp/none" "--tokens 2 --arms f8" \
+	"--tokens 2 --arms f32,f32" "--tokens 2 --replay 0" "--tokens 2 --replay x" "--tokens a" \
+	"--tokens 2 --replay 2 --arms f16" "--tokens 2 --max-model-len 0" \
+	"--tokens 2 --max-model-len 4097"; do
 	# shellcheck disable=SC2086
-	"$WALK" -m "$tmp/loud" $args >/dev/null 2>"$tmp/err"; rc=$?
-	check "walk.usage[$args]" $((rc != 2)) "exit $rc, want 2: $(head -c 200 "$tmp/err")"
+	"$WALK" -m "$tmp/loud" $args >/dev/null 2>"$tmp/err" </dev/null; rc=$?
+	check "walk.usage[${args//$tmp/T}]" $((rc != 2)) "exit $rc, want 2: $(head -c 200 "$tmp/err")"
 done
+
+# -p, -f FILE, -f - and stdin give the same tokens (one final newline dropped).
+toks() { sed -n 's/^# model .* tokens \([0-9,]*\) device .*/\1/p' "$1"; }
+"$WALK" --arms f32 -p "Hello world" >"$tmp/p.out" 2>"$tmp/err"; rc_p=$?
+printf 'Hello world\n' >"$tmp/prompt.txt"
+"$WALK" --arms f32 -f "$tmp/prompt.txt" >"$tmp/f.out" 2>>"$tmp/err"; rc_f=$?
+"$WALK" --arms f32 -f - <"$tmp/prompt.txt" >"$tmp/fd.out" 2>>"$tmp/err"; rc_fd=$?
+echo "Hello world" | "$WALK" --arms f32 >"$tmp/s.out" 2>>"$tmp/err"; rc_s=$?
+tp=$(toks "$tmp/p.out")
+check walk.prompt_file_and_stdin \
+	$([ "$rc_p$rc_f$rc_fd$rc_s" = 0000 ] && [ -n "$tp" ] && [ "$tp" = "$(toks "$tmp/f.out")" ] &&
+	  [ "$tp" = "$(toks "$tmp/fd.out")" ] && [ "$tp" = "$(toks "$tmp/s.out")" ]; echo $?) \
+	"exits $rc_p $rc_f $rc_fd $rc_s; tokens '$tp' '$(toks "$tmp/f.out")' '$(toks "$tmp/s.out")': $(head -c 200 "$tmp/err")"
+"$WALK" -f "$tmp/no-such-file" >/dev/null 2>"$tmp/err"; rc=$?
+check walk.prompt_file_missing $([ $rc = 1 ] && grep -q 'cannot open the prompt file' "$tmp/err"; echo $?) \
+	"exit $rc: $(head -c 200 "$tmp/err")"
+
+# A prompt longer than the cache: the message names a flag the tool has.
+"$WALK" --tokens 2,2,2 --max-model-len 2 >"$tmp/out" 2>"$tmp/err"; rc=$?
+check walk.prompt_too_long \
+	$([ $rc = 1 ] && grep -q 'the prompt has 3 tokens and the cache holds 2 positions (--max-model-len): raise --max-model-len, up to the model.s context of 4096' "$tmp/err" &&
+	  "$WALK" -h | grep -q -- '--max-model-len N'; echo $?) "exit $rc: $(head -c 300 "$tmp/err")"
+ids=$(python3 -c 'print(",".join(["2"] * 4097))')
+"$WALK" --arms f32 --tokens "$ids" >"$tmp/out" 2>"$tmp/err"; rc=$?
+check walk.prompt_over_context \
+	$([ $rc = 1 ] && grep -q "the prompt has 4097 tokens and the model's context is 4096 positions: shorten the prompt" "$tmp/err"; echo $?) \
+	"exit $rc: $(head -c 300 "$tmp/err")"
+
+# stdout that cannot be written: exit 1 and say so (TSV, JSON Lines, -h).
+for args in "--tokens 2" "--tokens 2 --json" "-h"; do
+	# shellcheck disable=SC2086
+	"$WALK" $args >/dev/full 2>"$tmp/err"; rc=$?
+	check "walk.stdout_full[$args]" \
+		$([ $rc = 1 ] && grep -q '^x4-walk-residual: writing .* to stdout failed: No space left on device$' "$tmp/err"; echo $?) \
+		"exit $rc: $(head -c 200 "$tmp/err")"
+done
+
+# A weight that is not finite: the f32 arm goes non-finite.  The table is
+# still printed, the cause is named, and two empty top-4 lists are no match.
+cp -r build/models/tiny "$tmp/nan"
+gguf=$tmp/nan/xing4_0-tiny.gguf
+poke_nan() { # TENSOR: its first value becomes a NaN
+	local data off
+	data=$(bin/x4-inspect "$gguf" | awk -F'\t' 'p { print $5; exit } /^version/ { p = 1 }')
+	off=$(bin/x4-inspect "$gguf" | awk -F'\t' -v t="$1" '$2 == t { print $6; exit }')
+	printf '\000\000\300\177' | dd of="$gguf" bs=1 seek=$((data + off)) conv=notrunc status=none
+}
+poke_nan blk.3.ffn_norm.weight
+"$WALK" -m "$tmp/nan" --tokens 2 >"$tmp/out" 2>"$tmp/err"; rc=$?
+rows=$(grep -vc '^#' "$tmp/out")
+check walk.nonfinite.exit_and_table $([ $rc = 1 ] && [ "$rows" = 9 ]; echo $?) "exit $rc, $rows table lines"
+check walk.nonfinite.cause_named \
+	$(grep -q "^x4-walk-residual: the f32 arm went non-finite at block 3's ffn (.*) while the streams before it were at most .*, far inside fp32's range" "$tmp/err"; echo $?) \
+	"stderr: $(head -c 400 "$tmp/err")"
+check walk.nonfinite.top4_not_equal \
+	$([ "$(summary f32 "$tmp/out" 5)" = 3:ffn ] && grep -q '^# f32_top4_ids_equal_f64: n/a$' "$tmp/out"; echo $?) \
+	"$(grep -E '^# (f32|f32_top4)' "$tmp/out" | tr '\n' '|')"
+"$WALK" -m "$tmp/nan" --tokens 2 --json >"$tmp/json" 2>/dev/null; rc=$?
+check walk.nonfinite.json_null $([ $rc = 1 ] && grep -qx '{"f32_top4_ids_equal_f64":null}' "$tmp/json"; echo $?) \
+	"exit $rc: $(grep top4_ids "$tmp/json")"
+
+# --json is JSON Lines, and says so; the man page has a real date.
+check walk.json_lines_named $("$WALK" -h | grep -q 'JSON Lines' && grep -q 'JSON Lines' man/x4-walk-residual.1; echo $?) \
+	"-h or the man page does not say JSON Lines"
+check walk.man_date $(grep -q '^\.Dd [A-Z][a-z]* [0-9][0-9]*, 20[0-9][0-9]$' man/x4-walk-residual.1; echo $?) \
+	"$(grep '^\.Dd' man/x4-walk-residual.1)"
 exit 0
