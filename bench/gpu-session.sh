@@ -8,7 +8,8 @@
 #   tar -x -C old), build its x4-run and write tests/data/gpu_golden_{tiny,small}.json
 #   (its greedy and seed-7 tokens and its logits' sha256) for gpu_model.sh to
 #   compare against.  levers: the record's levers priced by x4-bench-abab on the
-#   full preset at LEVER_CTX (default "512 4096") tokens of context.
+#   full preset at LEVER_CTX (default "512 4096") tokens of context.  profile:
+#   x4-profile on the full preset at PROFILE_CTX (default "512 4096"), with traces.
 # Logs and tables go to $OUT (or build/gpu-out when OUT is unset).
 set -u
 # The device tool brings back at most 8 files from $OUT: everything is
@@ -92,6 +93,14 @@ PY
 					-n 64 --pairs $pairs --warmup 2 >"$OUT/abab-$tag.tsv" 2>"$OUT/abab-$tag.err"
 				echo "ctx $ctx a='$a' b='$b': $(tail -n 1 "$OUT/abab-$tag.err")" | tee -a "$OUT/session.log"
 			done
+		done;;
+	profile)
+		log "x4-profile on the full preset"
+		for ctx in ${PROFILE_CTX:-512 4096}; do
+			bin/x4-profile -m /tmp/x4-full --device cuda:0 --context "$ctx" --steps 16 \
+				--trace "$OUT/trace-$ctx.json.gz" >"$OUT/profile-$ctx.tsv" 2>"$OUT/profile-$ctx.err"
+			echo "profile ctx $ctx: rc $? $(grep -E 'unprofiled|adds' "$OUT/profile-$ctx.err" | tail -n 1)" | tee -a "$OUT/session.log"
+			awk -F'\t' '$1 == "class" || $1 == "step"' "$OUT/profile-$ctx.tsv" | tee -a "$OUT/session.log"
 		done;;
 	*) echo "unknown step $s"; exit 2;;
 	esac
