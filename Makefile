@@ -90,6 +90,7 @@ build/kernels/%.o: kernels/%.cu
 
 # cmd/tool.c: the helpers every tool shares (messages, parsers, checked writes).
 TOOL_OBJ := build/cmd/tool.o
+.SECONDARY: $(TOOL_OBJ) # made through a pattern rule: kept, not removed as intermediate
 bin/%: cmd/%.c $(TOOL_OBJ) build/libx4.a
 	@mkdir -p $(@D) build/cmd
 	$(CC) $(ALL_CFLAGS) -MF build/cmd/$*.d $< -o $@ $(TOOL_OBJ) build/libx4.a $(LDFLAGS) $(LDLIBS)
