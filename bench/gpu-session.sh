@@ -10,6 +10,8 @@
 #   compare against.  levers: the record's levers priced by x4-bench-abab on the
 #   full preset at LEVER_CTX (default "512 4096") tokens of context.  profile:
 #   x4-profile on the full preset at PROFILE_CTX (default "512 4096"), with traces.
+#   kernels: the kernel lab, old and new kernels side by side.  decode: the
+#   goal table's decode figures (512, 4096 by x4-bench-abab; 32768 by x4-run).
 # Logs and tables go to $OUT (or build/gpu-out when OUT is unset).
 set -u
 # The device tool brings back at most 8 files from $OUT: everything is
@@ -102,6 +104,27 @@ PY
 			echo "profile ctx $ctx: rc $? $(grep -E 'unprofiled|adds' "$OUT/profile-$ctx.err" | tail -n 1)" | tee -a "$OUT/session.log"
 			awk -F'\t' '$1 == "class" || $1 == "step"' "$OUT/profile-$ctx.tsv" | tee -a "$OUT/session.log"
 		done;;
+	kernels)
+		log "the kernel lab (bench/kernels/run.sh)"
+		bash bench/kernels/run.sh >"$OUT/lab.txt" 2>"$OUT/lab.err"; echo "rc $?" >>"$OUT/lab.txt"
+		cp build/bench/lab.tsv "$OUT/" 2>/dev/null
+		tail -n 45 "$OUT/lab.txt";;
+	decode)
+		# The goal table's figures: steady decode by x4-bench-abab (a control
+		# pair: both arms the defaults) at 512 and 4096, x4-run's steady rate
+		# at 32768 (one prefill of a 32k prompt), the step's profile.
+		log "decode figures on the full preset"
+		for ctx in 512 4096; do
+			bin/x4-bench-abab -m /tmp/x4-full --device cuda:0 -a "" -b "" --prompt-tokens $ctx \
+				-n 64 --pairs 2 --warmup 1 >"$OUT/decode-$ctx.tsv" 2>"$OUT/decode-$ctx.err"
+			echo "decode ctx $ctx: $(tail -n 1 "$OUT/decode-$ctx.err")" | tee -a "$OUT/session.log"
+			awk -F'\t' '$1 == "arm" { print "  arm", $3, "decode_ms_tok", $10, "prefill_tok_s", $7 }' "$OUT/decode-$ctx.tsv" | tee -a "$OUT/session.log"
+		done
+		python3 -c 'print(" ".join(["word"] * 32500))' >/tmp/p32k.txt
+		bin/x4-run -m /tmp/x4-full --device cuda:0 -f /tmp/p32k.txt -n 64 --ignore-eos --max-model-len 32832 \
+			--json >"$OUT/decode-32768.json" 2>"$OUT/decode-32768.err"
+		python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); print("decode ctx %d: %s tok/s, first step %s ms, prefill %s tok/s" % (j["prompt_tokens"], j["decode_tok_s"], j["first_step_ms"], j["prefill_tok_s"]))' \
+			"$OUT/decode-32768.json" | tee -a "$OUT/session.log";;
 	*) echo "unknown step $s"; exit 2;;
 	esac
 done
