@@ -272,9 +272,20 @@ bool x4t_out_flush(void)
 
 bool x4t_out_failed(void) { return out_errno != 0; }
 
-void x4t_out_report(void)
+static void report(const char *what)
 {
-	x4t_warn("writing to stdout failed: %s", strerror(out_errno ? out_errno : EIO));
+	x4t_warn("writing %s%sto stdout failed: %s", what ? what : "", what ? " " : "",
+		 strerror(out_errno ? out_errno : EIO));
+}
+
+void x4t_out_report(void) { report(NULL); }
+
+int x4t_out_done(const char *what)
+{
+	if (x4t_out_flush())
+		return 0;
+	report(what);
+	return 1;
 }
 
 volatile sig_atomic_t x4t_stop_signal;
@@ -298,12 +309,13 @@ void x4t_catch_stop_signals(void)
 	sigaction(SIGHUP, &sa, NULL);
 }
 
-/* Length of the valid UTF-8 sequence at s (0 if invalid). */
+/* Length of the valid UTF-8 sequence at s (0 if invalid: a stray
+ * continuation byte, a cut sequence, or the overlong lead bytes C0 and C1). */
 static int utf8_len(const unsigned char *s, size_t n)
 {
 	int len = s[0] < 0x80 ? 1 : (s[0] >> 5) == 6 ? 2 : (s[0] >> 4) == 14 ? 3
 		: (s[0] >> 3) == 30 ? 4 : 0;
-	if (!len || (size_t)len > n)
+	if (!len || (size_t)len > n || (len == 2 && s[0] < 0xc2))
 		return 0;
 	for (int i = 1; i < len; i++)
 		if ((s[i] & 0xc0) != 0x80)
@@ -356,4 +368,25 @@ char *x4t_slurp(FILE *f, const char *name, size_t *len)
 	buf[n] = 0;
 	*len = n;
 	return buf;
+}
+
+char *x4t_prompt_read(const char *file, size_t *len)
+{
+	bool in = !file || strcmp(file, "-") == 0;
+	FILE *f = in ? stdin : fopen(file, "rb");
+	if (!f)
+		x4t_die("cannot open the prompt file %s: %s", file, strerror(errno));
+	char *text = x4t_slurp(f, in ? "the prompt from stdin" : file, len);
+	if (!in)
+		fclose(f);
+	if (!*len && !file) {
+		free(text);
+		return NULL;
+	}
+	if (*len && text[*len - 1] == '\n') {
+		text[--*len] = 0;
+		if (*len && text[*len - 1] == '\r')
+			text[--*len] = 0;
+	}
+	return text;
 }

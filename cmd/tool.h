@@ -97,6 +97,10 @@ bool x4t_out_flush(void);
 bool x4t_out_failed(void);
 /* "writing to stdout failed: <cause>" (exit status 1 follows). */
 void x4t_out_report(void);
+/* Flush; 0 when everything reached stdout, else 1 (the exit status) after
+ * "writing <what> to stdout failed: <cause>" (what: "the help", "the
+ * table"; NULL for none). */
+int x4t_out_done(const char *what);
 
 /* SIGINT, SIGTERM and SIGHUP set x4t_stop_signal (the first one's number)
  * and restore the default action, so a second signal ends the process at
@@ -110,5 +114,11 @@ void x4t_json_str(FILE *f, const char *s, size_t n);
 
 /* A whole stream, NUL-terminated (exit 1 on a read error). */
 char *x4t_slurp(FILE *f, const char *name, size_t *len);
+/* The prompt from file ("-" or NULL: stdin), one final newline (LF or
+ * CRLF) dropped: it ends the line the user typed, it is not part of what
+ * was asked.  NULL when file is NULL and stdin held nothing at all (a
+ * script's </dev/null: no prompt was given); exit 1 when it cannot be
+ * opened or read. */
+char *x4t_prompt_read(const char *file, size_t *len);
 
 #endif
