@@ -29,9 +29,10 @@ double x4t_double(const char *s, double lo, double hi, const char *opt);
 uint64_t x4t_u64(const char *s, const char *opt);
 /* "20G", "512M", "300000K" or plain bytes. */
 uint64_t x4t_size(const char *s, const char *opt);
-/* "cpu" -> -1, "cuda:N" -> N. */
+/* --device: "cpu" -> -1, "cuda:N" -> N. */
 int x4t_device(const char *s);
-/* "1,5,9" -> *ids (malloc'd). */
+/* --tokens: "1,5,9" -> *ids (malloc'd); ids in [0, INT32_MAX], the
+ * vocabulary is the session's to check. */
 void x4t_ids(const char *s, int32_t **ids, size_t *n);
 
 /* The request options of the trunk as flags, shared by x4-run, x4-profile
@@ -83,7 +84,10 @@ void x4t_settings(const x4_trunk_opts *o, const x4_sampler_opts *so, char *out, 
 const char *x4t_device_name(int device, char *buf, size_t n);
 
 /* The tiny preset beside the running binary, the default model of every
- * tool, and the hint to append when it is missing. */
+ * tool: <bindir>/../build/models/tiny in the build tree, else
+ * <bindir>/../share/x4/models/tiny where `make install` puts it (the library
+ * does not know the build tree's shape); and the hint to append when it is
+ * missing. */
 void x4t_default_model(char *out, size_t cap);
 const char *x4t_default_model_hint(const char *model, const char *defmodel);
 
