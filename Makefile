@@ -202,7 +202,7 @@ check-opt:
 	done
 
 # Installed tools find the tiny model at PREFIX/share/x4/models/tiny
-# (x4_default_model: <bindir>/../share/x4/models/tiny).
+# (x4t_default_model in cmd/tool.c: <bindir>/../share/x4/models/tiny).
 PREFIX ?= /usr/local
 BINDIR  = $(DESTDIR)$(PREFIX)/bin
 MAN1DIR = $(DESTDIR)$(PREFIX)/share/man/man1

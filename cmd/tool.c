@@ -10,6 +10,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 const char *x4t_prog = "x4";
@@ -48,10 +49,11 @@ void x4t_die(const char *fmt, ...)
 
 long x4t_long(const char *s, long lo, long hi, const char *opt)
 {
-	long v;
-	x4_err e;
-	if (x4_parse_long(s, lo, hi, opt, &v, &e))
-		x4t_usage_error("%s", e.msg);
+	char *end;
+	errno = 0;
+	long v = strtol(s, &end, 10);
+	if (!*s || *end || errno || v < lo || v > hi)
+		x4t_usage_error("%s '%s': expected an integer in [%ld, %ld]", opt, s, lo, hi);
 	return v;
 }
 
@@ -94,18 +96,42 @@ uint64_t x4t_size(const char *s, const char *opt)
 
 int x4t_device(const char *s)
 {
-	int d;
-	x4_err e;
-	if (x4_parse_device(s, &d, &e))
-		x4t_usage_error("%s", e.msg);
-	return d;
+	if (strcmp(s, "cpu") == 0)
+		return -1;
+	if (strncmp(s, "cuda:", 5) == 0) {
+		char *end;
+		errno = 0;
+		long v = strtol(s + 5, &end, 10);
+		if (s[5] && !*end && !errno && v >= 0 && v <= 1023)
+			return (int)v;
+	}
+	x4t_usage_error("--device '%s': expected cpu or cuda:N", s);
 }
 
 void x4t_ids(const char *s, int32_t **ids, size_t *n)
 {
-	x4_err e;
-	if (x4_parse_ids(s, ids, n, &e))
-		x4t_usage_error("%s", e.msg);
+	size_t cap = 1;
+	for (const char *p = s; *p; p++)
+		cap += *p == ',';
+	int32_t *v = malloc(cap * sizeof *v);
+	if (!v)
+		x4t_die("out of memory for the token ids");
+	size_t k = 0;
+	for (const char *p = s;;) {
+		char *end;
+		errno = 0;
+		long x = strtol(p, &end, 10);
+		if (end == p || errno || x < 0 || x > INT32_MAX || (*end && *end != ',')) {
+			free(v);
+			x4t_usage_error("--tokens '%s': expected comma-separated ids like 1,5,9", s);
+		}
+		v[k++] = (int32_t)x;
+		if (!*end)
+			break;
+		p = end + 1;
+	}
+	*ids = v;
+	*n = k;
 }
 
 const char x4t_trunk_help[] =
@@ -231,7 +257,33 @@ const char *x4t_device_name(int device, char *buf, size_t n)
 	return buf;
 }
 
-void x4t_default_model(char *out, size_t cap) { x4_default_model(out, cap); }
+/* <bindir>/../build/models/tiny in the build tree, else
+ * <bindir>/../share/x4/models/tiny where `make install` puts it; the build
+ * tree's path when neither is there, for the message. */
+void x4t_default_model(char *out, size_t cap)
+{
+	char exe[3900]; /* leaves room in a 4096-byte out for the suffix */
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+	if (n <= 0) {
+		snprintf(out, cap, "build/models/tiny");
+		return;
+	}
+	exe[n] = 0;
+	for (int i = 0; i < 2; i++) { /* drop the file name, then bin/ */
+		char *slash = strrchr(exe, '/');
+		if (slash)
+			*slash = 0;
+	}
+	struct stat st;
+	snprintf(out, cap, "%s/share/x4/models/tiny", exe);
+	if (stat(out, &st) == 0 && S_ISDIR(st.st_mode)) {
+		char build[4096];
+		snprintf(build, sizeof build, "%s/build/models/tiny", exe);
+		if (stat(build, &st) != 0)
+			return;
+	}
+	snprintf(out, cap, "%s/build/models/tiny", exe);
+}
 
 const char *x4t_default_model_hint(const char *model, const char *defmodel)
 {
@@ -272,9 +324,20 @@ bool x4t_out_flush(void)
 
 bool x4t_out_failed(void) { return out_errno != 0; }
 
-void x4t_out_report(void)
+static void report(const char *what)
 {
-	x4t_warn("writing to stdout failed: %s", strerror(out_errno ? out_errno : EIO));
+	x4t_warn("writing %s%sto stdout failed: %s", what ? what : "", what ? " " : "",
+		 strerror(out_errno ? out_errno : EIO));
+}
+
+void x4t_out_report(void) { report(NULL); }
+
+int x4t_out_done(const char *what)
+{
+	if (x4t_out_flush())
+		return 0;
+	report(what);
+	return 1;
 }
 
 volatile sig_atomic_t x4t_stop_signal;
@@ -298,12 +361,13 @@ void x4t_catch_stop_signals(void)
 	sigaction(SIGHUP, &sa, NULL);
 }
 
-/* Length of the valid UTF-8 sequence at s (0 if invalid). */
+/* Length of the valid UTF-8 sequence at s (0 if invalid: a stray
+ * continuation byte, a cut sequence, or the overlong lead bytes C0 and C1). */
 static int utf8_len(const unsigned char *s, size_t n)
 {
 	int len = s[0] < 0x80 ? 1 : (s[0] >> 5) == 6 ? 2 : (s[0] >> 4) == 14 ? 3
 		: (s[0] >> 3) == 30 ? 4 : 0;
-	if (!len || (size_t)len > n)
+	if (!len || (size_t)len > n || (len == 2 && s[0] < 0xc2))
 		return 0;
 	for (int i = 1; i < len; i++)
 		if ((s[i] & 0xc0) != 0x80)
@@ -356,4 +420,25 @@ char *x4t_slurp(FILE *f, const char *name, size_t *len)
 	buf[n] = 0;
 	*len = n;
 	return buf;
+}
+
+char *x4t_prompt_read(const char *file, size_t *len)
+{
+	bool in = !file || strcmp(file, "-") == 0;
+	FILE *f = in ? stdin : fopen(file, "rb");
+	if (!f)
+		x4t_die("cannot open the prompt file %s: %s", file, strerror(errno));
+	char *text = x4t_slurp(f, in ? "the prompt from stdin" : file, len);
+	if (!in)
+		fclose(f);
+	if (!*len && !file) {
+		free(text);
+		return NULL;
+	}
+	if (*len && text[*len - 1] == '\n') {
+		text[--*len] = 0;
+		if (*len && text[*len - 1] == '\r')
+			text[--*len] = 0;
+	}
+	return text;
 }

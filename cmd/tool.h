@@ -29,9 +29,10 @@ double x4t_double(const char *s, double lo, double hi, const char *opt);
 uint64_t x4t_u64(const char *s, const char *opt);
 /* "20G", "512M", "300000K" or plain bytes. */
 uint64_t x4t_size(const char *s, const char *opt);
-/* "cpu" -> -1, "cuda:N" -> N. */
+/* --device: "cpu" -> -1, "cuda:N" -> N. */
 int x4t_device(const char *s);
-/* "1,5,9" -> *ids (malloc'd). */
+/* --tokens: "1,5,9" -> *ids (malloc'd); ids in [0, INT32_MAX], the
+ * vocabulary is the session's to check. */
 void x4t_ids(const char *s, int32_t **ids, size_t *n);
 
 /* The request options of the trunk as flags, shared by x4-run, x4-profile
@@ -83,7 +84,10 @@ void x4t_settings(const x4_trunk_opts *o, const x4_sampler_opts *so, char *out, 
 const char *x4t_device_name(int device, char *buf, size_t n);
 
 /* The tiny preset beside the running binary, the default model of every
- * tool, and the hint to append when it is missing. */
+ * tool: <bindir>/../build/models/tiny in the build tree, else
+ * <bindir>/../share/x4/models/tiny where `make install` puts it (the library
+ * does not know the build tree's shape); and the hint to append when it is
+ * missing. */
 void x4t_default_model(char *out, size_t cap);
 const char *x4t_default_model_hint(const char *model, const char *defmodel);
 
@@ -97,6 +101,10 @@ bool x4t_out_flush(void);
 bool x4t_out_failed(void);
 /* "writing to stdout failed: <cause>" (exit status 1 follows). */
 void x4t_out_report(void);
+/* Flush; 0 when everything reached stdout, else 1 (the exit status) after
+ * "writing <what> to stdout failed: <cause>" (what: "the help", "the
+ * table"; NULL for none). */
+int x4t_out_done(const char *what);
 
 /* SIGINT, SIGTERM and SIGHUP set x4t_stop_signal (the first one's number)
  * and restore the default action, so a second signal ends the process at
@@ -110,5 +118,11 @@ void x4t_json_str(FILE *f, const char *s, size_t n);
 
 /* A whole stream, NUL-terminated (exit 1 on a read error). */
 char *x4t_slurp(FILE *f, const char *name, size_t *len);
+/* The prompt from file ("-" or NULL: stdin), one final newline (LF or
+ * CRLF) dropped: it ends the line the user typed, it is not part of what
+ * was asked.  NULL when file is NULL and stdin held nothing at all (a
+ * script's </dev/null: no prompt was given); exit 1 when it cannot be
+ * opened or read. */
+char *x4t_prompt_read(const char *file, size_t *len);
 
 #endif

@@ -4,11 +4,10 @@
  * one decode token reads.  --check validates the tensor set against the
  * layout the file's own keys imply.  See man/x4-inspect.1.
  */
-#include "x4.h"
+#include "tool.h"
 
 #include <getopt.h>
 #include <math.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,12 +20,6 @@
 static const double bandwidths_gbps[] = { 616.0, 4490.0 };
 
 static bool json;
-
-static int usage_error(const char *msg)
-{
-	fprintf(stderr, PROG ": %s\n" PROG ": try '" PROG " -h'\n", msg);
-	return 2;
-}
 
 static void usage(FILE *f)
 {
@@ -68,48 +61,10 @@ static void tsv_str(const char *s, uint64_t len, uint64_t max)
 		fputs("...", stdout);
 }
 
-/* Length of the valid UTF-8 sequence at s (1..4), or 0 if invalid. */
-static int utf8_len(const unsigned char *s, uint64_t left)
-{
-	int n = s[0] < 0x80 ? 1 : (s[0] & 0xe0) == 0xc0 ? 2 : (s[0] & 0xf0) == 0xe0 ? 3 :
-		(s[0] & 0xf8) == 0xf0 ? 4 : 0;
-	if (n == 0 || (uint64_t)n > left || (n == 2 && s[0] < 0xc2))
-		return 0;
-	for (int i = 1; i < n; i++)
-		if ((s[i] & 0xc0) != 0x80)
-			return 0;
-	return n;
-}
-
-/* A JSON string; bytes that are not UTF-8 become U+FFFD. */
+/* A JSON string on stdout; bytes that are not UTF-8 become U+FFFD. */
 static void json_str(const char *s, uint64_t len)
 {
-	const unsigned char *p = (const unsigned char *)s;
-	putchar('"');
-	for (uint64_t i = 0; i < len;) {
-		unsigned char c = p[i];
-		int n = utf8_len(p + i, len - i);
-		if (n == 0) {
-			fputs("\\ufffd", stdout);
-			i++;
-		} else if (n > 1) {
-			fwrite(p + i, 1, (size_t)n, stdout);
-			i += (uint64_t)n;
-		} else {
-			if (c == '"' || c == '\\')
-				printf("\\%c", c);
-			else if (c == '\n')
-				fputs("\\n", stdout);
-			else if (c == '\t')
-				fputs("\\t", stdout);
-			else if (c < 0x20 || c == 0x7f)
-				printf("\\u%04x", c);
-			else
-				putchar(c);
-			i++;
-		}
-	}
-	putchar('"');
+	x4t_json_str(stdout, s, (size_t)len);
 }
 
 static void json_cstr(const char *s)
@@ -527,7 +482,7 @@ static int check(const char *path, const x4_gguf *g)
 		} else {
 			printf("check: failed: %s\n", e.msg);
 		}
-		fprintf(stderr, PROG ": %s: check failed: %s\n", path, e.msg);
+		x4t_warn("%s: check failed: %s", path, e.msg);
 		return 1;
 	}
 	if (json)
@@ -562,8 +517,8 @@ static int check(const char *path, const x4_gguf *g)
 	else
 		printf("check: ok, %d tensors\n", n_want);
 	if (n_problems)
-		fprintf(stderr, PROG ": %s: check failed: %d problem%s\n", path, n_problems,
-			n_problems == 1 ? "" : "s");
+		x4t_warn("%s: check failed: %d problem%s", path, n_problems,
+			 n_problems == 1 ? "" : "s");
 	return n_problems ? 1 : 0;
 }
 
@@ -574,7 +529,7 @@ static int report(const char *path, const x4_gguf *g, bool full_fp)
 	x4_err e = { 0 };
 	char fp[17];
 	if (x4_fingerprint(path, full_fp, fp, &e)) {
-		fprintf(stderr, PROG ": %s: fingerprint: %s\n", path, e.msg);
+		x4t_warn("%s: fingerprint: %s", path, e.msg);
 		return 1;
 	}
 	if (json) {
@@ -598,7 +553,7 @@ static int report(const char *path, const x4_gguf *g, bool full_fp)
 	x4_tensor_spec *t = NULL;
 	int n = 0;
 	if (x4_tensor_specs_from_gguf(g, &t, &n, &e)) {
-		fprintf(stderr, PROG ": %s: %s\n", path, e.msg);
+		x4t_warn("%s: %s", path, e.msg);
 		return 1;
 	}
 	print_census(t, n);
@@ -616,13 +571,12 @@ static int report(const char *path, const x4_gguf *g, bool full_fp)
 		x4_config c;
 		x4_decode_bytes d;
 		if (x4_config_read(g, &c, &e)) {
-			fprintf(stderr, PROG ": %s: a xing4_0 file whose keys do not hold: %s\n",
-				path, e.msg);
+			x4t_warn("%s: a xing4_0 file whose keys do not hold: %s", path, e.msg);
 			rc = 1;
 		} else {
 			print_arch(&c);
 			if (x4_decode_bytes_count(&c, t, n, &d, &e)) {
-				fprintf(stderr, PROG ": %s: no decode byte table: %s\n", path, e.msg);
+				x4t_warn("%s: no decode byte table: %s", path, e.msg);
 				rc = 1;
 			} else {
 				print_decode(&c, &d);
@@ -645,11 +599,10 @@ static int layout_report(const char *preset)
 	int n;
 	x4_decode_bytes d;
 	if (x4_config_preset(preset, &c, &e) || x4_layout(&c, &t, &n, &e)) {
-		fprintf(stderr, PROG ": --layout: %s\n", e.msg);
-		return 2;
+		x4t_usage_error("--layout: %s", e.msg);
 	}
 	if (x4_decode_bytes_count(&c, t, n, &d, &e)) {
-		fprintf(stderr, PROG ": --layout %s: %s\n", preset, e.msg);
+		x4t_warn("--layout %s: %s", preset, e.msg);
 		free(t);
 		return 1;
 	}
@@ -668,6 +621,7 @@ static int layout_report(const char *preset)
 
 int main(int argc, char **argv)
 {
+	x4t_prog = PROG;
 	static const struct option opts[] = {
 		{ "check", no_argument, 0, 'c' },
 		{ "json", no_argument, 0, 'j' },
@@ -688,35 +642,30 @@ int main(int argc, char **argv)
 		case 'L': layout = optarg; break;
 		case 'h':
 			usage(stdout);
-			return 0;
+			return x4t_out_done("the help");
 		case 'V':
 			printf(PROG " %s (commit %s, CUDA runtime %s)\n", x4_version(), x4_commit(),
 			       x4_cuda_runtime());
-			return 0;
+			return x4t_out_done("the version");
 		default:
-			return usage_error("unknown option");
+			usage(stderr);
+			return 2;
 		}
 	}
 	if (layout && argc == optind && !do_check) {
 		int rc = layout_report(layout);
-		return fflush(stdout) == 0 ? rc : 1;
+		return x4t_out_done("the report") ? 1 : rc;
 	}
 	if (layout)
-		return usage_error("--layout PRESET takes no FILE and no --check");
+		x4t_usage_error("--layout PRESET takes no FILE and no --check");
 	if (argc - optind != 1)
-		return usage_error("give exactly one FILE.gguf");
+		x4t_usage_error("give exactly one FILE.gguf");
 	const char *path = argv[optind];
 	x4_err e = { 0 };
 	x4_gguf *g;
-	if (x4_gguf_open(&g, path, &e)) {
-		fprintf(stderr, PROG ": %s\n", e.msg);
-		return 1;
-	}
+	if (x4_gguf_open(&g, path, &e))
+		x4t_die("%s", e.msg);
 	int rc = do_check ? check(path, g) : report(path, g, full_fp);
 	x4_gguf_close(g);
-	if (fflush(stdout) != 0 || ferror(stdout)) {
-		fprintf(stderr, PROG ": writing the report failed\n");
-		return 1;
-	}
-	return rc;
+	return x4t_out_done("the report") ? 1 : rc;
 }

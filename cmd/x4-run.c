@@ -12,7 +12,6 @@
  */
 #include "tool.h"
 
-#include <errno.h>
 #include <getopt.h>
 #include <limits.h>
 #include <math.h>
@@ -153,43 +152,23 @@ static void parse_args(int argc, char **argv, struct opts *o)
 		x4t_usage_error("--kv-cache exact runs on the CPU only: the GPU's cache is fp16");
 }
 
-/* The prompt's text (one trailing newline of a file or stdin dropped: it
- * ends the line the user typed, it is not part of what was asked). */
+/* The prompt's text: -p, else -f, else stdin when it is not a terminal and
+ * holds something, else the default. */
 static char *prompt_text(const struct opts *o, size_t *len)
 {
-	char *text = NULL;
-	bool read = false;
-	if (o->prompt) {
-		text = strdup(o->prompt);
-		*len = strlen(o->prompt);
-	} else if (o->file && strcmp(o->file, "-") != 0) {
-		FILE *f = fopen(o->file, "rb");
-		if (!f)
-			x4t_die("cannot open the prompt file %s: %s", o->file, strerror(errno));
-		text = x4t_slurp(f, o->file, len);
-		fclose(f);
-		read = true;
-	} else if (o->file || !isatty(0)) {
-		text = x4t_slurp(stdin, "the prompt from stdin", len);
-		read = true;
-		/* An empty stdin (a script's </dev/null) means no prompt was given. */
-		if (!*len && !o->file) {
-			free(text);
-			text = NULL;
-			read = false;
-		}
+	const char *p = o->prompt;
+	if (!p && (o->file || !isatty(0))) {
+		char *text = x4t_prompt_read(o->file, len);
+		if (text)
+			return text;
+		/* an empty stdin (a script's </dev/null): no prompt was given */
 	}
-	if (!text && !read) {
-		text = strdup(DEFAULT_PROMPT);
-		*len = strlen(DEFAULT_PROMPT);
-	}
+	if (!p)
+		p = DEFAULT_PROMPT;
+	char *text = strdup(p);
 	if (!text)
 		x4t_die("out of memory");
-	if (read && *len && text[*len - 1] == '\n') {
-		text[--*len] = 0;
-		if (*len && text[*len - 1] == '\r')
-			text[--*len] = 0;
-	}
+	*len = strlen(p);
 	return text;
 }
 

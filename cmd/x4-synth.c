@@ -4,7 +4,7 @@
  * beside it (tokenizer.model, config.json, tokenizer_config.json,
  * chat_template.jinja).  See man/x4-synth.1.
  */
-#include "x4.h"
+#include "tool.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -12,7 +12,6 @@
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -38,14 +37,6 @@ static void usage(FILE *f)
 		"                        replaced only once every new one is complete\n"
 		"  -h, --help            this text\n"
 		"      --version         version, commit and CUDA runtime\n");
-}
-
-static int usage_error(const char *fmt, const char *arg)
-{
-	fprintf(stderr, PROG ": ");
-	fprintf(stderr, fmt, arg);
-	fprintf(stderr, "\n" PROG ": try '" PROG " -h'\n");
-	return 2;
 }
 
 /* ---- the transaction ----
@@ -144,12 +135,12 @@ static int check_targets(const char *dir, const char *const *names)
 		if (lstat(p, &st) != 0) {
 			if (errno == ENOENT || errno == ENOTDIR)
 				continue;
-			fprintf(stderr, PROG ": %s: %s\n", p, strerror(errno));
+			x4t_warn("%s: %s", p, strerror(errno));
 			return 1;
 		}
 		if (!S_ISREG(st.st_mode)) {
-			fprintf(stderr, PROG ": %s is %s, not a file: " PROG " replaces only regular "
-				"files; move it away or write to another folder with -o\n", p,
+			x4t_warn("%s is %s, not a file: " PROG " replaces only regular "
+				"files; move it away or write to another folder with -o", p,
 				S_ISDIR(st.st_mode) ? "a folder" : S_ISLNK(st.st_mode) ?
 				"a symbolic link" : "something else");
 			return 1;
@@ -182,8 +173,8 @@ static int commit(const char *dir)
 		struct stat st;
 		if (lstat(target[i], &st) == 0) {
 			if (!S_ISREG(st.st_mode)) {
-				fprintf(stderr, PROG ": %s is no longer a regular file; nothing was "
-					"replaced\n", target[i]);
+				x4t_warn("%s is no longer a regular file; nothing was "
+					"replaced", target[i]);
 				rc = 1;
 				break;
 			}
@@ -192,14 +183,14 @@ static int commit(const char *dir)
 			if (link(target[i], backup[i]) == 0 || rename(target[i], backup[i]) == 0) {
 				has_backup[i] = 1;
 			} else {
-				fprintf(stderr, PROG ": keeping %s aside as %s: %s\n", target[i],
+				x4t_warn("keeping %s aside as %s: %s", target[i],
 					backup[i], strerror(errno));
 				rc = 1;
 				break;
 			}
 		}
 		if (rename(staged[i], target[i]) != 0) {
-			fprintf(stderr, PROG ": moving %s to %s: %s\n", staged[i], target[i],
+			x4t_warn("moving %s to %s: %s", staged[i], target[i],
 				strerror(errno));
 			rc = 1;
 			break;
@@ -234,7 +225,7 @@ static int write_staged(int i, const void *data, size_t len)
 {
 	FILE *f = fopen(staged[i], "wb");
 	if (!f) {
-		fprintf(stderr, PROG ": %s: %s\n", staged[i], strerror(errno));
+		x4t_warn("%s: %s", staged[i], strerror(errno));
 		return 1;
 	}
 	bool ok = fwrite(data, 1, len, f) == len;
@@ -243,39 +234,15 @@ static int write_staged(int i, const void *data, size_t len)
 	int err = errno;
 	ok = (fclose(f) == 0) && ok;
 	if (!ok) {
-		fprintf(stderr, PROG ": writing %s: %s\n", staged[i], strerror(err ? err : errno));
+		x4t_warn("writing %s: %s", staged[i], strerror(err ? err : errno));
 		return 1;
 	}
 	return 0;
 }
 
-/* -h and --version: a failed write to stdout is a failure (exit 1). */
-static int stdout_done(const char *what)
-{
-	if (fflush(stdout) == 0 && !ferror(stdout))
-		return 0;
-	fprintf(stderr, PROG ": writing %s to stdout failed: %s\n", what,
-		errno ? strerror(errno) : "write error");
-	return 1;
-}
-
 /* ---- JSON, by hand: a few dozen fixed keys ---- */
 
-static void json_str(FILE *f, const char *s)
-{
-	fputc('"', f);
-	for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-		if (*p == '"' || *p == '\\')
-			fprintf(f, "\\%c", *p);
-		else if (*p == '\n')
-			fputs("\\n", f);
-		else if (*p < 0x20)
-			fprintf(f, "\\u%04x", *p);
-		else
-			fputc(*p, f);
-	}
-	fputc('"', f);
-}
+static void json_str(FILE *f, const char *s) { x4t_json_str(f, s, strlen(s)); }
 
 /* A float that reads back as a float in Python (2.0, not 2). */
 static void json_num(FILE *f, double v)
@@ -488,12 +455,12 @@ static int make_stage(const char *dir, const char *const *names)
 {
 	int err = make_dirs(dir);
 	if (err) {
-		fprintf(stderr, PROG ": cannot make the folder %s: %s\n", dir, strerror(err));
+		x4t_warn("cannot make the folder %s: %s", dir, strerror(err));
 		return 1;
 	}
 	long pid = (long)getpid();
 	if (snprintf(stage, sizeof stage, "%s/.x4-synth.%ld", dir, pid) >= (int)sizeof stage - 64) {
-		fprintf(stderr, PROG ": the folder name %.64s... is too long\n", dir);
+		x4t_warn("the folder name %.64s... is too long", dir);
 		stage[0] = '\0';
 		return 1;
 	}
@@ -505,7 +472,7 @@ static int make_stage(const char *dir, const char *const *names)
 	/* x4_gguf_writer_open's temporary name, for the signal handler */
 	snprintf(gguf_tmp, sizeof gguf_tmp, "%s.tmp.%ld", staged[F_GGUF], pid);
 	if (mkdir(stage, 0755) != 0) {
-		fprintf(stderr, PROG ": cannot make the staging folder %s: %s\n", stage,
+		x4t_warn("cannot make the staging folder %s: %s", stage,
 			strerror(errno));
 		return 1;
 	}
@@ -526,7 +493,7 @@ static int write_tokenizer_folder(const x4_config *c, const x4_vocab *v)
 	bad = bad || !json || write_staged(F_TOK_CONFIG, json, len);
 	free(json);
 	if (oom)
-		fprintf(stderr, PROG ": out of memory for the folder's JSON files\n");
+		x4t_warn("out of memory for the folder's JSON files");
 	bad = bad || write_staged(F_TOK_MODEL, v->model, v->model_len);
 	const char *tmpl = x4_chat_template_jinja();
 	return bad || write_staged(F_TEMPLATE, tmpl, strlen(tmpl));
@@ -555,6 +522,7 @@ static int parse_loud(const char *s, x4_synth_loud *l)
 
 int main(int argc, char **argv)
 {
+	x4t_prog = PROG;
 	static const struct option opts[] = {
 		{ "preset", required_argument, 0, 'p' },
 		{ "seed", required_argument, 0, 's' },
@@ -570,81 +538,62 @@ int main(int argc, char **argv)
 	x4_synth_opts o = { .seed = 1, .loud = loud };
 	int opt;
 	while ((opt = getopt_long(argc, argv, "p:s:l:t:o:h", opts, NULL)) != -1) {
-		char *end;
 		switch (opt) {
-		case 'p':
-			preset = optarg;
-			break;
-		case 's':
-			errno = 0;
-			o.seed = strtoull(optarg, &end, 0);
-			if (end == optarg || *end || errno || optarg[0] == '-')
-				return usage_error("--seed '%s' is not an unsigned integer", optarg);
-			break;
+		case 'p': preset = optarg; break;
+		case 's': o.seed = x4t_u64(optarg, "--seed"); break;
 		case 'l':
 			if (o.n_loud == MAX_LOUD)
-				return usage_error("at most 16 --loud experts (%s)", optarg);
+				x4t_usage_error("at most %d --loud experts (%s)", MAX_LOUD, optarg);
 			if (parse_loud(optarg, &loud[o.n_loud]))
-				return usage_error("--loud '%s' is not BLOCK:EXPERT:FACTOR (e.g. 3:0:40)",
-						   optarg);
+				x4t_usage_error("--loud '%s' is not BLOCK:EXPERT:FACTOR (e.g. 3:0:40)",
+						optarg);
 			o.n_loud++;
 			break;
-		case 't': {
-			errno = 0;
-			long v = strtol(optarg, &end, 10);
-			if (end == optarg || *end || errno || v < 1 || v > 1024)
-				return usage_error("--threads '%s' is not a count in 1..1024", optarg);
-			o.threads = (int)v;
-			break;
-		}
-		case 'o':
-			dir = optarg;
-			break;
+		case 't': o.threads = (int)x4t_long(optarg, 1, 1024, "--threads"); break;
+		case 'o': dir = optarg; break;
 		case 'h':
 			usage(stdout);
-			return stdout_done("the help");
+			return x4t_out_done("the help");
 		case 'V':
 			printf(PROG " %s (commit %s, CUDA runtime %s)\n", x4_version(), x4_commit(),
 			       x4_cuda_runtime());
-			return stdout_done("the version");
+			return x4t_out_done("the version");
 		default:
-			return usage_error("%s", "unknown option");
+			usage(stderr);
+			return 2;
 		}
 	}
 	if (optind < argc)
-		return usage_error("unexpected argument '%s'", argv[optind]);
+		x4t_usage_error("unexpected argument '%s'", argv[optind]);
 	if (!preset)
-		return usage_error("%s", "--preset tiny|small|full is required");
+		x4t_usage_error("--preset tiny|small|full is required");
 	if (!dir || !*dir)
-		return usage_error("%s", "-o DIR is required");
+		x4t_usage_error("-o DIR is required");
 
 	x4_err e = { 0 };
 	x4_config c;
 	if (x4_config_preset(preset, &c, &e))
-		return usage_error("%s", e.msg);
+		x4t_usage_error("%s", e.msg);
 	for (int i = 0; i < o.n_loud; i++) {
 		const x4_synth_loud *l = &loud[i];
+		/* The NextN block (n_block..) is MoE too, but no x4 trunk runs it. */
 		if (l->block < c.n_dense || l->block >= c.n_block || l->expert >= c.n_expert ||
-		    l->factor > 1000.0f) {
-			/* The NextN block (n_block..) is MoE too, but no x4 trunk runs it. */
-			char m[320];
-			snprintf(m, sizeof m, "--loud %d:%d:%g: the %s preset's MoE blocks are %d..%d "
-				 "(block %d is the NextN block, which x4 does not run), its experts "
-				 "0..%d, and FACTOR must be in (0, 1000]", l->block, l->expert,
-				 (double)l->factor, preset, c.n_dense, c.n_block - 1, c.n_block,
-				 c.n_expert - 1);
-			return usage_error("%s", m);
-		}
+		    l->factor > 1000.0f)
+			x4t_usage_error("--loud %d:%d:%g: the %s preset's MoE blocks are %d..%d (block "
+					"%d is the NextN block, which x4 does not run), its experts "
+					"0..%d, and FACTOR must be in (0, 1000]", l->block, l->expert,
+					(double)l->factor, preset, c.n_dense, c.n_block - 1, c.n_block,
+					c.n_expert - 1);
 	}
 
 	x4_vocab v;
 	if (x4_vocab_xing4(c.n_vocab, &v, &e)) {
-		fprintf(stderr, PROG ": the tokenizer: %s\n", e.msg);
+		x4t_warn("the tokenizer: %s", e.msg);
 		return 1;
 	}
 	if (v.bos_id != c.bos_id || v.eos_id != c.eos_id || v.unk_id != c.unk_id) {
-		fprintf(stderr, PROG ": the vocabulary's bos/eos/unk ids %d/%d/%d differ from the "
-			"preset's %d/%d/%d\n", v.bos_id, v.eos_id, v.unk_id, c.bos_id, c.eos_id,
+		x4t_warn("the vocabulary's bos/eos/unk ids %d/%d/%d differ from the "
+			"preset's %d/%d/%d", v.bos_id, v.eos_id, v.unk_id, c.bos_id, c.eos_id,
 			c.unk_id);
 		x4_vocab_free(&v);
 		return 1;
@@ -683,18 +632,18 @@ int main(int argc, char **argv)
 	if (o.progress)
 		fputs("\r\033[K", stderr);
 	if (rc)
-		fprintf(stderr, PROG ": %s\n", e.msg);
+		x4t_warn("%s", e.msg);
 
 	int bad = rc || write_tokenizer_folder(&c, &v);
 	x4_vocab_free(&v);
 	if (bad || commit(dir)) {
 		rollback();
-		fprintf(stderr, PROG ": nothing in %s was changed\n", dir);
+		x4t_warn("nothing in %s was changed", dir);
 		return 1;
 	}
 	const char *path = target[F_GGUF];
-	fprintf(stderr, PROG ": wrote %s: %d tensors, %llu bytes of tensor data, %.2f s, "
-		"%.2f GB/s\n", path, n_tensors, (unsigned long long)data_bytes, secs,
+	x4t_warn("wrote %s: %d tensors, %llu bytes of tensor data, %.2f s, "
+		"%.2f GB/s", path, n_tensors, (unsigned long long)data_bytes, secs,
 		secs > 0 ? (double)data_bytes / secs / 1e9 : 0.0);
 	return 0;
 }

@@ -9,15 +9,18 @@
  * float64 run says what the right answer is; --replay recomputes one MoE
  * block in float64 from the file's bytes to show the magnitude is in the
  * weights, not in a kernel.
+ *
+ * A thin tool over the generation session: the model is loaded once and
+ * every arm is a prefill-only request with its own residual width (the
+ * request options change without a reload: on a GPU the weights go up
+ * once); the float64 arm runs on the CPU, in a session of its own when the
+ * arms run on a GPU.  The probe on the session's trunk watches each arm.
  */
-#include "x4.h"
+#include "tool.h"
 
-#include <errno.h>
 #include <getopt.h>
 #include <limits.h>
 #include <math.h>
-#include <stdarg.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -26,8 +29,6 @@
 #define FP16_MAX 65504.0
 #define MAX_HC 8
 #define TOPK 4
-/* The trunk's cache when x4_trunk_opts.max_ctx is 0: min(context, this). */
-#define DEFAULT_MAX_CTX 4096
 
 static void usage(FILE *f)
 {
@@ -63,52 +64,6 @@ static void usage(FILE *f)
 "Exit status: 0 the f32 arm stayed finite, 1 it did not or a failure, 2 usage.\n");
 }
 
-static void die_usage(const char *msg, const char *arg)
-{
-	fprintf(stderr, PROG ": %s '%s' (see " PROG " -h)\n", msg, arg);
-	exit(2);
-}
-
-static long parse_long(const char *s, long lo, long hi, const char *opt)
-{
-	long v;
-	x4_err e;
-	if (x4_parse_long(s, lo, hi, opt, &v, &e)) {
-		fprintf(stderr, PROG ": %s (see " PROG " -h)\n", e.msg);
-		exit(2);
-	}
-	return v;
-}
-
-/* ---- stdout: every write checked, nothing more written after the first
- * that failed; main reports it once (exit 1) ---- */
-
-static int out_errno; /* of the first failed write, 0 while none has failed */
-
-static void out(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void out(const char *fmt, ...)
-{
-	if (out_errno)
-		return;
-	va_list ap;
-	va_start(ap, fmt);
-	int r = vprintf(fmt, ap);
-	va_end(ap);
-	if (r < 0 || ferror(stdout))
-		out_errno = errno ? errno : EIO;
-}
-
-/* Flush and say whether everything reached stdout; the message if not. */
-static bool out_done(const char *what)
-{
-	if (!out_errno && fflush(stdout) != 0)
-		out_errno = errno ? errno : EIO;
-	if (!out_errno)
-		return true;
-	fprintf(stderr, PROG ": writing %s to stdout failed: %s\n", what, strerror(out_errno));
-	return false;
-}
-
 /* What one probe call saw, reduced. */
 struct rowstat {
 	bool seen;
@@ -133,7 +88,7 @@ struct arm {
 	float *cap_in, *cap_out; /* [n_embd] */
 	int cap_experts[X4_REPLAY_MAX_USED];
 	bool captured;
-	int n_embd, n_hc, n_used;
+	int n_embd, n_hc, n_used, n_block, n_vocab;
 };
 
 static void reduce(const float *v, int n, double *max, double *rms, int *first_bad)
@@ -228,7 +183,34 @@ static void summarize(struct arm *a, int n_block, int n_vocab)
 		snprintf(a->nonfinite, sizeof a->nonfinite, "logits");
 }
 
-static int run_arm(const x4_model *m, const x4_trunk_opts *base, struct arm *a,
+/* The last position's logits: every chunk's rows come here, the last
+ * chunk's last row stays. */
+static int keep_last_row(void *ctx, const float *rows, int n, x4_err *e)
+{
+	struct arm *a = ctx;
+	memcpy(a->logits, rows + (size_t)(n - 1) * (size_t)a->n_vocab,
+	       (size_t)a->n_vocab * sizeof *a->logits);
+	return 0;
+}
+
+/* The probe sees the last token of each forward, and the session forwards
+ * the prompt a chunk at a time: what a chunk before the last saw is not the
+ * prompt's last token, so it is forgotten (an arm that fails in its last
+ * chunk shows what that chunk saw, as one forward of the whole prompt would). */
+static int next_chunk(void *ctx, size_t done, size_t total)
+{
+	struct arm *a = ctx;
+	if (done < total) {
+		memset(a->rows, 0, (size_t)a->n_block * 2 * sizeof *a->rows);
+		a->captured = false;
+	}
+	return 0;
+}
+
+/* One arm: a prefill-only request with the arm's residual width and
+ * arithmetic, the probe watching.  A session not loaded yet (or whose load
+ * failed for an earlier arm) is loaded with this arm's options. */
+static int run_arm(x4_session *s, const x4_trunk_opts *base, struct arm *a,
 		   const int32_t *ids, size_t n, x4_err *e)
 {
 	x4_trunk_opts o = *base;
@@ -236,24 +218,26 @@ static int run_arm(const x4_model *m, const x4_trunk_opts *base, struct arm *a,
 	o.prec = a->prec;
 	if (a->prec == X4_PREC_F64)
 		o.device = -1; /* float64 is the CPU oracle's */
-	x4_trunk *t;
-	int rc = x4_trunk_create(&t, m, &o, e);
+	int rc = x4_session_trunk(s) ? 0 : x4_session_load(s, &o, e);
 	if (rc)
 		return rc;
-	x4_trunk_set_probe(t, on_probe, a);
-	rc = x4_trunk_forward(t, ids, (int)n, a->logits, false, e);
-	x4_trunk_free(t);
-	return rc;
+	x4_trunk_set_probe(x4_session_trunk(s), on_probe, a);
+	x4_request r = {
+		.ids = ids, .n_ids = n, .max_tokens = 0, .sampler = { .top_p = 1 }, .opts = &o,
+		.on_prefill = next_chunk, .on_logits = keep_last_row, .ctx = a,
+	};
+	x4_gen_stats st;
+	return x4_session_generate(s, &r, &st, e);
 }
 
 static void put_num(double v, bool json)
 {
 	if (isfinite(v))
-		out("%.4g", v);
+		x4t_outf("%.4g", v);
 	else if (json)
-		out("\"%s\"", isnan(v) ? "nan" : v > 0 ? "inf" : "-inf");
+		x4t_outf("\"%s\"", isnan(v) ? "nan" : v > 0 ? "inf" : "-inf");
 	else
-		out("%s", isnan(v) ? "nan" : v > 0 ? "inf" : "-inf");
+		x4t_outf("%s", isnan(v) ? "nan" : v > 0 ? "inf" : "-inf");
 }
 
 static void print_table(struct arm *arms, int n_arms, int n_block, bool json)
@@ -261,107 +245,93 @@ static void print_table(struct arm *arms, int n_arms, int n_block, bool json)
 	static const char *sub[2] = {"attn", "ffn"};
 	int n_hc = arms[0].n_hc;
 	if (!json) {
-		out("block\tsublayer");
+		x4t_outf("block\tsublayer");
 		for (int k = 0; k < n_arms; k++) {
 			for (int s = 0; s < n_hc; s++)
-				out("\t%s_s%d_max\t%s_s%d_rms", arms[k].name, s, arms[k].name, s);
-			out("\t%s_y_max\t%s_nonfinite", arms[k].name, arms[k].name);
+				x4t_outf("\t%s_s%d_max\t%s_s%d_rms", arms[k].name, s, arms[k].name, s);
+			x4t_outf("\t%s_y_max\t%s_nonfinite", arms[k].name, arms[k].name);
 		}
-		out("\n");
+		x4t_outf("\n");
 	}
 	for (int i = 0; i < n_block * 2; i++) {
-		out(json ? "{\"block\":%d,\"sublayer\":\"%s\"" : "%d\t%s", i / 2, sub[i % 2]);
+		x4t_outf(json ? "{\"block\":%d,\"sublayer\":\"%s\"" : "%d\t%s", i / 2, sub[i % 2]);
 		for (int k = 0; k < n_arms; k++) {
 			struct rowstat *r = &arms[k].rows[i];
 			if (!r->seen) { /* an arm that failed before this row */
 				if (json)
-					out(",\"%s\":null", arms[k].name);
+					x4t_outf(",\"%s\":null", arms[k].name);
 				for (int c = 0; !json && c < 2 * n_hc + 2; c++)
-					out("\t-");
+					x4t_outf("\t-");
 				continue;
 			}
 			if (json) {
-				out(",\"%s\":{\"s_max\":[", arms[k].name);
+				x4t_outf(",\"%s\":{\"s_max\":[", arms[k].name);
 				for (int s = 0; s < n_hc; s++) {
-					out(s ? "," : "");
+					x4t_outf(s ? "," : "");
 					put_num(r->s_max[s], true);
 				}
-				out("],\"s_rms\":[");
+				x4t_outf("],\"s_rms\":[");
 				for (int s = 0; s < n_hc; s++) {
-					out(s ? "," : "");
+					x4t_outf(s ? "," : "");
 					put_num(r->s_rms[s], true);
 				}
-				out("],\"y_max\":");
+				x4t_outf("],\"y_max\":");
 				put_num(r->y_max, true);
 				if (r->nonfinite[0])
-					out(",\"nonfinite\":\"%s\"}", r->nonfinite);
+					x4t_outf(",\"nonfinite\":\"%s\"}", r->nonfinite);
 				else
-					out(",\"nonfinite\":null}");
+					x4t_outf(",\"nonfinite\":null}");
 				continue;
 			}
 			for (int s = 0; s < n_hc; s++) {
-				out("\t");
+				x4t_outf("\t");
 				put_num(r->s_max[s], false);
-				out("\t");
+				x4t_outf("\t");
 				put_num(r->s_rms[s], false);
 			}
-			out("\t");
+			x4t_outf("\t");
 			put_num(r->y_max, false);
-			out("\t%s", r->nonfinite[0] ? r->nonfinite : "-");
+			x4t_outf("\t%s", r->nonfinite[0] ? r->nonfinite : "-");
 		}
-		out(json ? "}\n" : "\n");
+		x4t_outf(json ? "}\n" : "\n");
 	}
-}
-
-/* A JSON string of a path: quotes, backslashes and control bytes escaped. */
-static void put_json_str(const char *v)
-{
-	out("\"");
-	for (const unsigned char *p = (const unsigned char *)v; *p; p++)
-		if (*p == '"' || *p == '\\')
-			out("\\%c", *p);
-		else if (*p < 0x20)
-			out("\\u%04x", *p);
-		else
-			out("%c", *p);
-	out("\"");
 }
 
 /* "key":"value", or "key":null for an empty value */
 static void json_opt(const char *key, const char *v)
 {
 	if (v[0])
-		out("\"%s\":\"%s\",", key, v);
+		x4t_outf("\"%s\":\"%s\",", key, v);
 	else
-		out("\"%s\":null,", key);
+		x4t_outf("\"%s\":null,", key);
 }
 
 static void print_summary(const struct arm *a, bool json)
 {
 	if (json) {
-		out("{\"arm\":\"%s\",\"prec\":\"%s\",\"resid\":\"%s\",", a->name,
+		x4t_outf("{\"arm\":\"%s\",\"prec\":\"%s\",\"resid\":\"%s\",", a->name,
 		       a->prec == X4_PREC_F64 ? "f64" : "f32", x4_resid_name(a->resid));
 		json_opt("first_fp16_overflow", a->overflow);
 		json_opt("first_nonfinite", a->nonfinite);
-		out("\"top4\":[");
+		x4t_outf("\"top4\":[");
 		for (int j = 0; j < a->n_top; j++)
-			out("%s[%d,%.6g]", j ? "," : "", a->top_id[j], a->top_v[j]);
-		out("],\"error\":");
+			x4t_outf("%s[%d,%.6g]", j ? "," : "", a->top_id[j], a->top_v[j]);
+		x4t_outf("],\"error\":");
 		if (a->failed)
-			put_json_str(a->err.msg);
+			x4t_json_str(stdout, a->err.msg, strlen(a->err.msg));
 		else
-			out("null");
-		out("}\n");
+			x4t_outf("null");
+		x4t_outf("}\n");
 		return;
 	}
 	/* A failed arm's fields are what it saw before it failed, '-' if none. */
 	const char *none = a->failed ? "-" : "none";
-	out("# %s\t%s\t%s\t%s\t%s\t", a->name, a->prec == X4_PREC_F64 ? "f64" : "f32",
+	x4t_outf("# %s\t%s\t%s\t%s\t%s\t", a->name, a->prec == X4_PREC_F64 ? "f64" : "f32",
 	       x4_resid_name(a->resid), a->overflow[0] ? a->overflow : none,
 	       a->nonfinite[0] ? a->nonfinite : none);
 	for (int j = 0; j < a->n_top; j++)
-		out("%s%d:%.4f", j ? "," : "", a->top_id[j], a->top_v[j]);
-	out("%s\n", a->n_top ? "" : "none");
+		x4t_outf("%s%d:%.4f", j ? "," : "", a->top_id[j], a->top_v[j]);
+	x4t_outf("%s\n", a->n_top ? "" : "none");
 }
 
 static void magnitude(const float *v, int n, double *max, double *rms)
@@ -404,65 +374,37 @@ static int replay(const x4_model *m, const struct arm *a, int block, bool json, 
 	double rel = t_max > 0 ? diff / t_max : diff;
 	free(y);
 	if (json) {
-		out("{\"replay_block\":%d,\"router_agrees\":%s,\"experts\":[", block,
+		x4t_outf("{\"replay_block\":%d,\"router_agrees\":%s,\"experts\":[", block,
 		       agree ? "true" : "false");
 		for (int j = 0; j < r.n_used; j++)
-			out("%s{\"id\":%d,\"weight\":%.6g,\"out_max\":%.6g,\"out_rms\":%.6g}",
+			x4t_outf("%s{\"id\":%d,\"weight\":%.6g,\"out_max\":%.6g,\"out_rms\":%.6g}",
 			       j ? "," : "", r.experts[j], r.weight[j], r.out_max[j], r.out_rms[j]);
-		out("],\"shared_max\":%.6g,\"shared_rms\":%.6g,\"y_max\":%.6g,\"y_rms\":%.6g,"
+		x4t_outf("],\"shared_max\":%.6g,\"shared_rms\":%.6g,\"y_max\":%.6g,\"y_rms\":%.6g,"
 		       "\"trunk_y_max\":", r.shared_max, r.shared_rms, cmp->y_max, cmp->y_rms);
 		put_num(t_max, true);
-		out(",\"trunk_y_rms\":");
+		x4t_outf(",\"trunk_y_rms\":");
 		put_num(t_rms, true);
-		out(",\"rel_err\":");
+		x4t_outf(",\"rel_err\":");
 		put_num(rel, true);
-		out("}\n");
+		x4t_outf("}\n");
 		return 0;
 	}
-	out("# replay of block %d: its MoE in float64 from the dequantized weights, on the %s "
+	x4t_outf("# replay of block %d: its MoE in float64 from the dequantized weights, on the %s "
 	       "arm's captured FFN input\n", block, a->name);
-	out("# expert\tweight\tout_max\tout_rms\n");
+	x4t_outf("# expert\tweight\tout_max\tout_rms\n");
 	for (int j = 0; j < r.n_used; j++)
-		out("# %d\t%.4f\t%.4g\t%.4g\n", r.experts[j], r.weight[j], r.out_max[j],
+		x4t_outf("# %d\t%.4f\t%.4g\t%.4g\n", r.experts[j], r.weight[j], r.out_max[j],
 		       r.out_rms[j]);
 	if (x4_model_config(m)->n_expert_shared > 0)
-		out("# shared\t1\t%.4g\t%.4g\n", r.shared_max, r.shared_rms);
-	out("# y_replay\t-\t%.4g\t%.4g\n", cmp->y_max, cmp->y_rms);
-	out("# y_trunk\t-\t%.4g\t%.4g\n", t_max, t_rms);
-	out("# trunk experts: ");
+		x4t_outf("# shared\t1\t%.4g\t%.4g\n", r.shared_max, r.shared_rms);
+	x4t_outf("# y_replay\t-\t%.4g\t%.4g\n", cmp->y_max, cmp->y_rms);
+	x4t_outf("# y_trunk\t-\t%.4g\t%.4g\n", t_max, t_rms);
+	x4t_outf("# trunk experts: ");
 	for (int j = 0; j < k; j++)
-		out("%s%d", j ? "," : "", trunk_sel[j]);
-	out(" (%s the float64 router)\n", agree ? "the same as" : "differ from");
-	out("# replay_vs_trunk: max |y_replay - y_trunk| / max |y_trunk| = %.3g\n", rel);
+		x4t_outf("%s%d", j ? "," : "", trunk_sel[j]);
+	x4t_outf(" (%s the float64 router)\n", agree ? "the same as" : "differ from");
+	x4t_outf("# replay_vs_trunk: max |y_replay - y_trunk| / max |y_trunk| = %.3g\n", rel);
 	return 0;
-}
-
-/* The whole prompt from f, one final newline dropped (echo and editors add
- * one; it is not part of the text).  NULL with the message printed. */
-static char *slurp(FILE *f, const char *name, size_t *len)
-{
-	size_t cap = 4096, n = 0;
-	char *buf = malloc(cap);
-	while (buf) {
-		n += fread(buf + n, 1, cap - 1 - n, f);
-		if (n < cap - 1)
-			break;
-		char *nb = realloc(buf, cap *= 2);
-		if (!nb)
-			free(buf);
-		buf = nb;
-	}
-	if (!buf || ferror(f)) {
-		fprintf(stderr, PROG ": cannot read the prompt from %s: %s\n", name,
-			buf ? strerror(errno) : "out of memory");
-		free(buf);
-		return NULL;
-	}
-	if (n && buf[n - 1] == '\n')
-		n -= n > 1 && buf[n - 2] == '\r' ? 2 : 1;
-	buf[n] = 0;
-	*len = n;
-	return buf;
 }
 
 /* Why the f32 arm is not finite, from what the table saw before it. */
@@ -477,21 +419,21 @@ static void explain_nonfinite(const struct arm *a, int n_block)
 			continue;
 		if (r->nonfinite[0]) {
 			if (!any_before)
-				fprintf(stderr, PROG ": the f32 arm went non-finite in block %d's %s, the "
+				x4t_warn("the f32 arm went non-finite in block %d's %s, the "
 					"first sublayer it saw (%s first): a weight of the embedding or of "
 					"that sublayer is not finite, or its arithmetic overflows fp32; "
-					"not the residual's width\n", i / 2, sub[i % 2], r->nonfinite);
+					"not the residual's width", i / 2, sub[i % 2], r->nonfinite);
 			else if (before > 1e37)
-				fprintf(stderr, PROG ": the f32 arm overflowed fp32 at block %d's %s "
+				x4t_warn("the f32 arm overflowed fp32 at block %d's %s "
 					"(%s first): the streams had reached %.3g before it, near "
-					"fp32's 3.4e38; the table shows where they grew\n", i / 2,
+					"fp32's 3.4e38; the table shows where they grew", i / 2,
 					sub[i % 2], r->nonfinite, before);
 			else
-				fprintf(stderr, PROG ": the f32 arm went non-finite at block %d's %s "
+				x4t_warn("the f32 arm went non-finite at block %d's %s "
 					"(%s first) while the streams before it were at most %.3g, far "
 					"inside fp32's range: that sublayer made the value itself (a "
 					"weight that is not finite, or arithmetic that overflows fp32), "
-					"not the residual's width\n", i / 2, sub[i % 2], r->nonfinite,
+					"not the residual's width", i / 2, sub[i % 2], r->nonfinite,
 					before);
 			return;
 		}
@@ -499,14 +441,39 @@ static void explain_nonfinite(const struct arm *a, int n_block)
 			before = fmax(before, r->s_max[s]);
 		any_before = true;
 	}
-	fprintf(stderr, PROG ": the f32 arm's streams stayed finite (at most %.3g) but its "
-		"logits are not: the output norm or the head's weights are not finite\n", before);
+	x4t_warn("the f32 arm's streams stayed finite (at most %.3g) but its "
+		"logits are not: the output norm or the head's weights are not finite", before);
+}
+
+/* --arms: the residual widths, each once, into arms[]; their count. */
+static int parse_arms(const char *list_arg, struct arm *arms)
+{
+	char list[64];
+	int n = 0;
+	if (strlen(list_arg) >= sizeof list)
+		x4t_usage_error("--arms: expected a list of f32, f16, bf16, got '%s'", list_arg);
+	strcpy(list, list_arg);
+	char *save = NULL;
+	for (char *w = strtok_r(list, ",", &save); w; w = strtok_r(NULL, ",", &save)) {
+		int resid = strcmp(w, "f32") == 0 ? X4_RESID_F32 : strcmp(w, "f16") == 0
+			? X4_RESID_F16 : strcmp(w, "bf16") == 0 ? X4_RESID_BF16 : -1;
+		if (resid < 0)
+			x4t_usage_error("--arms: expected a list of f32, f16, bf16, got '%s'", list_arg);
+		for (int k = 0; k < n; k++)
+			if (arms[k].resid == resid)
+				x4t_usage_error("--arms: an arm is named twice in '%s'", list_arg);
+		arms[n].resid = resid;
+		arms[n++].name = x4_resid_name(resid);
+	}
+	if (!n)
+		x4t_usage_error("--arms: expected a list of f32, f16, bf16, got '%s'", list_arg);
+	return n;
 }
 
 int main(int argc, char **argv)
 {
-	enum { O_TOK = 256, O_TOKENS, O_ARMS, O_REPLAY, O_DEVICE, O_THREADS, O_JSON, O_VERSION,
-	       O_MAXLEN };
+	x4t_prog = PROG;
+	enum { O_TOK = 256, O_TOKENS, O_ARMS, O_REPLAY, O_JSON, O_VERSION };
 	static const struct option lo[] = {
 		{"model", required_argument, 0, 'm'},
 		{"tokenizer", required_argument, 0, O_TOK},
@@ -515,9 +482,10 @@ int main(int argc, char **argv)
 		{"tokens", required_argument, 0, O_TOKENS},
 		{"arms", required_argument, 0, O_ARMS},
 		{"replay", required_argument, 0, O_REPLAY},
-		{"device", required_argument, 0, O_DEVICE},
-		{"max-model-len", required_argument, 0, O_MAXLEN},
-		{"threads", required_argument, 0, O_THREADS},
+		/* of the shared request and load options, the ones an arm does not set */
+		{"device", required_argument, 0, X4T_O_DEVICE},
+		{"max-model-len", required_argument, 0, X4T_O_MAXLEN},
+		{"threads", required_argument, 0, X4T_O_THREADS},
 		{"json", no_argument, 0, O_JSON},
 		{"help", no_argument, 0, 'h'},
 		{"version", no_argument, 0, O_VERSION},
@@ -532,6 +500,8 @@ int main(int argc, char **argv)
 	base.device = -1;
 	int c;
 	while ((c = getopt_long(argc, argv, "m:p:f:h", lo, NULL)) != -1) {
+		if (x4t_trunk_opt(c, optarg, &base) || x4t_load_opt(c, optarg, &base))
+			continue;
 		switch (c) {
 		case 'm': model = optarg; break;
 		case O_TOK: tokdir = optarg; break;
@@ -539,67 +509,29 @@ int main(int argc, char **argv)
 		case 'f': file = optarg; break;
 		case O_TOKENS: tokens = optarg; break;
 		case O_ARMS: arm_list = optarg; break;
-		case O_REPLAY: replay_block = (int)parse_long(optarg, 0, INT_MAX, "--replay"); break;
-		case O_DEVICE: {
-			x4_err pe;
-			if (x4_parse_device(optarg, &base.device, &pe)) {
-				fprintf(stderr, PROG ": %s (see " PROG " -h)\n", pe.msg);
-				return 2;
-			}
-			break;
-		}
-		case O_MAXLEN:
-			base.max_ctx = (int)parse_long(optarg, 1, INT_MAX, "--max-model-len");
-			break;
-		case O_THREADS: base.threads = (int)parse_long(optarg, 0, 4096, "--threads"); break;
+		case O_REPLAY: replay_block = (int)x4t_long(optarg, 0, INT_MAX, "--replay"); break;
 		case O_JSON: json = true; break;
 		case 'h':
 			usage(stdout);
-			return out_done("the help") ? 0 : 1;
+			return x4t_out_done("the help");
 		case O_VERSION:
-			out(PROG " %s (commit %s, CUDA runtime %s)\n", x4_version(), x4_commit(),
-			    x4_cuda_runtime());
-			return out_done("the version") ? 0 : 1;
+			x4t_outf(PROG " %s (commit %s, CUDA runtime %s)\n", x4_version(), x4_commit(),
+				 x4_cuda_runtime());
+			return x4t_out_done("the version");
 		default: usage(stderr); return 2;
 		}
 	}
 	if (optind < argc)
-		die_usage("unexpected argument", argv[optind]);
-	if (!!prompt + !!file + !!tokens > 1) {
-		fprintf(stderr, PROG ": give the input once: -p TEXT, -f FILE or --tokens IDS (see "
-			PROG " -h)\n");
-		return 2;
-	}
-	if (!prompt && !file && !tokens && isatty(STDIN_FILENO)) {
-		fprintf(stderr, PROG ": no input: give -p TEXT, -f FILE, --tokens IDS or the prompt "
-			"on stdin (see " PROG " -h)\n");
-		return 2;
-	}
+		x4t_usage_error("unexpected argument '%s'", argv[optind]);
+	if (!!prompt + !!file + !!tokens > 1)
+		x4t_usage_error("give the input once: -p TEXT, -f FILE or --tokens IDS");
+	if (!prompt && !file && !tokens && isatty(STDIN_FILENO))
+		x4t_usage_error("no input: give -p TEXT, -f FILE, --tokens IDS or the prompt on stdin");
 
 	/* The arms, then the float64 reference last. */
 	struct arm arms[4];
-	int n_arms = 0;
 	memset(arms, 0, sizeof arms);
-	{
-		char list[64];
-		if (strlen(arm_list) >= sizeof list)
-			die_usage("--arms: expected a list of f32, f16, bf16, got", arm_list);
-		strcpy(list, arm_list);
-		char *save = NULL;
-		for (char *w = strtok_r(list, ",", &save); w; w = strtok_r(NULL, ",", &save)) {
-			int resid = strcmp(w, "f32") == 0 ? X4_RESID_F32 : strcmp(w, "f16") == 0
-				? X4_RESID_F16 : strcmp(w, "bf16") == 0 ? X4_RESID_BF16 : -1;
-			if (resid < 0)
-				die_usage("--arms: expected a list of f32, f16, bf16, got", arm_list);
-			for (int k = 0; k < n_arms; k++)
-				if (arms[k].resid == resid)
-					die_usage("--arms: an arm is named twice in", arm_list);
-			arms[n_arms].resid = resid;
-			arms[n_arms++].name = x4_resid_name(resid);
-		}
-		if (!n_arms)
-			die_usage("--arms: expected a list of f32, f16, bf16, got", arm_list);
-	}
+	int n_arms = parse_arms(arm_list, arms);
 	arms[n_arms].name = "f64";
 	arms[n_arms].resid = X4_RESID_F32;
 	arms[n_arms].prec = X4_PREC_F64;
@@ -607,107 +539,78 @@ int main(int argc, char **argv)
 	for (int k = 0; k < n_arms; k++)
 		if (arms[k].resid == X4_RESID_F32)
 			f32_arm = k;
-	if (replay_block >= 0 && f32_arm < 0) {
-		fprintf(stderr, PROG ": --replay replays on the f32 arm's activation: add f32 to "
-			"--arms (see " PROG " -h)\n");
-		return 2;
-	}
+	if (replay_block >= 0 && f32_arm < 0)
+		x4t_usage_error("--replay replays on the f32 arm's activation: add f32 to --arms");
 
 	/* Everything the command line holds is checked before the model opens. */
 	x4_err e = {0};
-	size_t n_ids = 0, text_len = 0;
-	int32_t *ids = NULL;
+	size_t n_raw = 0, text_len = 0;
+	int32_t *raw = NULL;
 	char *text = NULL;
 	if (tokens) {
-		if (x4_parse_ids(tokens, &ids, &n_ids, &e)) {
-			fprintf(stderr, PROG ": %s (see " PROG " -h)\n", e.msg);
-			return 2;
-		}
+		x4t_ids(tokens, &raw, &n_raw);
 	} else if (prompt) {
-		if (!(text = strdup(prompt))) {
-			fprintf(stderr, PROG ": out of memory\n");
-			return 1;
-		}
+		if (!(text = strdup(prompt)))
+			x4t_die("out of memory");
 		text_len = strlen(text);
-	} else if (file && strcmp(file, "-") != 0) {
-		FILE *f = fopen(file, "rb");
-		if (!f) {
-			fprintf(stderr, PROG ": cannot open the prompt file %s: %s\n", file,
-				strerror(errno));
-			return 1;
-		}
-		text = slurp(f, file, &text_len);
-		fclose(f);
-		if (!text)
-			return 1;
 	} else {
-		if (!(text = slurp(stdin, "stdin", &text_len)))
-			return 1;
-		if (!text_len && !file) { /* a script's </dev/null: no input was given */
-			free(text);
-			fprintf(stderr, PROG ": no input: stdin is empty; give -p TEXT, -f FILE or "
-				"--tokens IDS (see " PROG " -h)\n");
-			return 2;
-		}
+		text = x4t_prompt_read(file, &text_len);
+		if (!file && !text_len) /* a script's </dev/null: no input was given */
+			x4t_usage_error("no input: stdin is empty; give -p TEXT, -f FILE or --tokens IDS");
 	}
 
 	char defmodel[4096];
 	if (!model) {
-		x4_default_model(defmodel, sizeof defmodel);
+		x4t_default_model(defmodel, sizeof defmodel);
 		model = defmodel;
 	}
 	x4_paths paths;
-	x4_model *m = NULL;
+	x4_session *s = NULL, *s64 = NULL; /* the arms', and the float64 arm's on the CPU */
+	int32_t *ids = NULL;
+	size_t n_ids = 0;
 	int status = 1;
-	if (x4_paths_resolve(model, tokdir, &paths, &e) || x4_model_open(&m, &paths, &e)) {
-		fprintf(stderr, PROG ": %s%s\n", e.msg, model == defmodel && access(defmodel, F_OK)
-			? " (the default model is the tiny preset: run `make tiny`, or give -m)" : "");
+	if (x4_paths_resolve(model, tokdir, &paths, &e) || x4_session_open(&s, &paths, &e)) {
+		x4t_warn("%s%s", e.msg, x4t_default_model_hint(model, defmodel));
 		goto done;
 	}
+	const x4_model *m = x4_session_model(s);
 	const x4_config *cfg = x4_model_config(m);
 	if (cfg->n_hc > MAX_HC || cfg->n_expert_used > X4_REPLAY_MAX_USED) {
-		fprintf(stderr, PROG ": %d streams and %d experts a token: this tool handles at "
-			"most %d and %d\n", cfg->n_hc, cfg->n_expert_used, MAX_HC, X4_REPLAY_MAX_USED);
+		x4t_warn("%d streams and %d experts a token: this tool handles at most %d and %d",
+			 cfg->n_hc, cfg->n_expert_used, MAX_HC, X4_REPLAY_MAX_USED);
 		goto done;
 	}
 	if (replay_block >= 0 && (replay_block < cfg->n_dense || replay_block >= cfg->n_block)) {
-		fprintf(stderr, PROG ": --replay %d: not an MoE block; this model's MoE blocks are "
-			"%d..%d (see " PROG " -h)\n", replay_block, cfg->n_dense, cfg->n_block - 1);
+		x4t_warn("--replay %d: not an MoE block; this model's MoE blocks are %d..%d (see "
+			 PROG " -h)", replay_block, cfg->n_dense, cfg->n_block - 1);
 		status = 2;
 		goto done;
 	}
-	int max_ctx = base.max_ctx ? base.max_ctx
-				    : (cfg->n_ctx_train < DEFAULT_MAX_CTX ? cfg->n_ctx_train : DEFAULT_MAX_CTX);
+	int max_ctx = x4_session_ctx(s, &base);
 	if (max_ctx > cfg->n_ctx_train) {
-		fprintf(stderr, PROG ": --max-model-len %d: the model's context is 1 to %d positions "
-			"(see " PROG " -h)\n", max_ctx, cfg->n_ctx_train);
+		x4t_warn("--max-model-len %d: the model's context is 1 to %d positions (see " PROG
+			 " -h)", max_ctx, cfg->n_ctx_train);
 		status = 2;
 		goto done;
 	}
-	if (text && x4_tokenize(x4_model_tokenizer(m), text, text_len, 0, &ids, &n_ids, &e)) {
-		fprintf(stderr, PROG ": cannot tokenize the prompt: %s\n", e.msg);
+	x4_request req = { .ids = raw, .n_ids = n_raw, .text = text, .text_len = text_len };
+	if (x4_session_tokenize(s, &req, &ids, &n_ids, &e)) {
+		x4t_warn("%s%s", tokens ? "" : "cannot tokenize the prompt: ", e.msg);
 		goto done;
 	}
 	if (!n_ids) {
-		fprintf(stderr, PROG ": the prompt has no tokens\n");
+		x4t_warn("the prompt has no tokens");
 		goto done;
 	}
-	for (size_t i = 0; i < n_ids; i++)
-		if (ids[i] >= cfg->n_vocab) {
-			fprintf(stderr, PROG ": token id %d is outside the vocabulary [0, %d)\n", ids[i],
-				cfg->n_vocab);
-			goto done;
-		}
 	if (n_ids > (size_t)max_ctx) {
 		if (max_ctx < cfg->n_ctx_train)
-			fprintf(stderr, PROG ": the prompt has %zu tokens and the cache holds %d "
-				"positions (--max-model-len%s): raise --max-model-len, up to the "
-				"model's context of %d, or shorten the prompt\n", n_ids, max_ctx,
-				base.max_ctx ? "" : ", by default min(context, 4096)",
-				cfg->n_ctx_train);
+			x4t_warn("the prompt has %zu tokens and the cache holds %d positions "
+				 "(--max-model-len%s): raise --max-model-len, up to the model's context "
+				 "of %d, or shorten the prompt", n_ids, max_ctx,
+				 base.max_ctx ? "" : ", by default min(context, 4096)", cfg->n_ctx_train);
 		else
-			fprintf(stderr, PROG ": the prompt has %zu tokens and the model's context is %d "
-				"positions: shorten the prompt\n", n_ids, cfg->n_ctx_train);
+			x4t_warn("the prompt has %zu tokens and the model's context is %d positions: "
+				 "shorten the prompt", n_ids, cfg->n_ctx_train);
 		goto done;
 	}
 	base.max_ctx = max_ctx;
@@ -720,11 +623,13 @@ int main(int argc, char **argv)
 		a->n_embd = cfg->n_embd;
 		a->n_hc = cfg->n_hc;
 		a->n_used = cfg->n_expert_used;
+		a->n_block = cfg->n_block;
+		a->n_vocab = cfg->n_vocab;
 		a->capture_block = -1;
 		a->rows = calloc((size_t)cfg->n_block * 2, sizeof *a->rows);
 		a->logits = malloc((size_t)cfg->n_vocab * sizeof *a->logits);
 		if (!a->rows || !a->logits) {
-			fprintf(stderr, PROG ": out of memory\n");
+			x4t_warn("out of memory");
 			goto done;
 		}
 		if (k == f32_arm && replay_block >= 0) {
@@ -732,12 +637,18 @@ int main(int argc, char **argv)
 			a->cap_in = malloc((size_t)cfg->n_embd * sizeof *a->cap_in);
 			a->cap_out = malloc((size_t)cfg->n_embd * sizeof *a->cap_out);
 			if (!a->cap_in || !a->cap_out) {
-				fprintf(stderr, PROG ": out of memory\n");
+				x4t_warn("out of memory");
 				goto done;
 			}
 		}
-		if (run_arm(m, &base, a, ids, n_ids, &a->err)) {
-			fprintf(stderr, PROG ": the %s arm: %s\n", a->name, a->err.msg);
+		/* A session is one device: the float64 arm on the CPU needs its own
+		 * when the others ran on a GPU (the CPU trunk reads the mapped
+		 * weights in place, so it costs no second copy). */
+		int rc = 0;
+		if (k == n_arms && base.device >= 0)
+			rc = x4_session_open(&s64, &paths, &a->err);
+		if (rc || run_arm(s64 ? s64 : s, &base, a, ids, n_ids, &a->err)) {
+			x4t_warn("the %s arm: %s", a->name, a->err.msg);
 			a->failed = any_failed = true;
 		}
 		summarize(a, cfg->n_block, cfg->n_vocab);
@@ -745,7 +656,7 @@ int main(int argc, char **argv)
 
 	print_table(arms, n_arms, cfg->n_block, json);
 	if (!json)
-		out("# arm\tprec\tresid\tfirst_fp16_overflow\tfirst_nonfinite\ttop4\n");
+		x4t_outf("# arm\tprec\tresid\tfirst_fp16_overflow\tfirst_nonfinite\ttop4\n");
 	for (int k = 0; k <= n_arms; k++)
 		print_summary(&arms[k], json);
 	if (f32_arm >= 0) {
@@ -756,43 +667,43 @@ int main(int argc, char **argv)
 		bool same = known && a->n_top == r->n_top &&
 			    !memcmp(a->top_id, r->top_id, (size_t)a->n_top * sizeof *a->top_id);
 		if (json)
-			out("{\"f32_top4_ids_equal_f64\":%s}\n", !known ? "null" : same ? "true" : "false");
+			x4t_outf("{\"f32_top4_ids_equal_f64\":%s}\n", !known ? "null" : same ? "true" : "false");
 		else
-			out("# f32_top4_ids_equal_f64: %s\n", !known ? "n/a" : same ? "yes" : "no");
+			x4t_outf("# f32_top4_ids_equal_f64: %s\n", !known ? "n/a" : same ? "yes" : "no");
 	}
 	/* Provenance: what is needed to trust the table later. */
 	char device[32];
-	snprintf(device, sizeof device, base.device < 0 ? "cpu" : "cuda:%d", base.device);
+	x4t_device_name(base.device, device, sizeof device);
 	if (json) {
-		out("{\"model\":");
-		put_json_str(paths.gguf);
-		out(",\"tokenizer_dir\":");
+		x4t_outf("{\"model\":");
+		x4t_json_str(stdout, paths.gguf, strlen(paths.gguf));
+		x4t_outf(",\"tokenizer_dir\":");
 		if (paths.tokdir[0])
-			put_json_str(paths.tokdir);
+			x4t_json_str(stdout, paths.tokdir, strlen(paths.tokdir));
 		else
-			out("null");
-		out(",\"fingerprint\":\"%s\",\"commit\":\"%s\",\"tokens\":[",
-		    x4_model_fingerprint(m), x4_commit());
+			x4t_outf("null");
+		x4t_outf(",\"fingerprint\":\"%s\",\"commit\":\"%s\",\"tokens\":[",
+			 x4_model_fingerprint(m), x4_commit());
 	} else {
-		out("# model %s fingerprint %s commit %s tokenizer_dir %s tokens ", paths.gguf,
-		    x4_model_fingerprint(m), x4_commit(), paths.tokdir[0] ? paths.tokdir : "-");
+		x4t_outf("# model %s fingerprint %s commit %s tokenizer_dir %s tokens ", paths.gguf,
+			 x4_model_fingerprint(m), x4_commit(), paths.tokdir[0] ? paths.tokdir : "-");
 	}
 	for (size_t i = 0; i < n_ids; i++)
-		out("%s%d", i ? "," : "", ids[i]);
-	out(json ? "],\"device\":\"%s\"}\n" : " device %s\n", device);
+		x4t_outf("%s%d", i ? "," : "", ids[i]);
+	x4t_outf(json ? "],\"device\":\"%s\"}\n" : " device %s\n", device);
 	status = any_failed ? 1 : 0;
 	if (replay_block >= 0 && !arms[f32_arm].failed) {
 		const struct arm *a = &arms[f32_arm];
 		if (!a->captured) {
-			fprintf(stderr, PROG ": --replay %d: the trunk reported no MoE routing for that "
-				"block\n", replay_block);
+			x4t_warn("--replay %d: the trunk reported no MoE routing for that block",
+				 replay_block);
 			status = 1;
 		} else if (replay(m, a, replay_block, json, &e)) {
-			fprintf(stderr, PROG ": --replay %d: %s\n", replay_block, e.msg);
+			x4t_warn("--replay %d: %s", replay_block, e.msg);
 			status = 1;
 		}
 	}
-	if (!out_done(json ? "the JSON lines" : "the table")) {
+	if (x4t_out_done(json ? "the JSON lines" : "the table")) {
 		status = 1;
 	} else if (f32_arm >= 0 && !arms[f32_arm].failed && arms[f32_arm].nonfinite[0]) {
 		explain_nonfinite(&arms[f32_arm], cfg->n_block);
@@ -806,7 +717,9 @@ done:
 		free(arms[k].cap_out);
 	}
 	free(ids);
+	free(raw);
 	free(text);
-	x4_model_close(m);
+	x4_session_close(s64);
+	x4_session_close(s);
 	return status;
 }

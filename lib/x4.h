@@ -690,18 +690,8 @@ int x4_ncpu(void);
 void x4_parallel_for(int64_t n, int nthreads, void (*fn)(void *arg, int64_t i),
 		     void *arg);
 
-/* What the tools' command lines share, so each tool parses them alike:
- * "1,5,9" -> *ids (malloc'd), strict (X4_EINVAL names the text);
- * "cpu" -> -1, "cuda:N" -> N; the name of a residual width; and the tiny
- * preset beside the running binary (<bin>/../build/models/tiny in the build
- * tree, else <bin>/../share/x4/models/tiny where `make install` puts it),
- * the default model of every tool. */
-int x4_parse_ids(const char *s, int32_t **ids, size_t *n, x4_err *e);
-/* An integer in [lo, hi], all of s; the message names opt and the range. */
-int x4_parse_long(const char *s, long lo, long hi, const char *opt, long *v, x4_err *e);
-int x4_parse_device(const char *s, int *device, x4_err *e);
+/* The name of a residual width ("f32", "f16", "bf16"). */
 const char *x4_resid_name(int resid);
-void x4_default_model(char *out, size_t cap);
 
 /* File fingerprint: "fast" hashes the size, the header and directory, and
  * 64 KiB samples spread over the data; "full" hashes every byte.  16 hex
