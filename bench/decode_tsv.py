@@ -1,0 +1,92 @@
+#!/usr/bin/env python3
+"""bench/decode_tsv.py - the decode goal table (issue 11) as a TSV with the
+agreed header, from the files bench/gpu-session.sh's `decode` and `profile`
+steps leave in one folder:
+
+    python3 bench/decode_tsv.py DIR COMMIT DATE > bench/results/decode.tsv
+
+DIR holds decode-512.tsv, decode-4096.tsv (x4-bench-abab, a control pair),
+decode-32768.json (x4-run --json), profile-512.tsv, profile-4096.tsv and
+their .err files (x4-profile).  A weight family's stream rate is its bytes
+over its kernels' time, against the read ceiling the profile measured.
+"""
+import json
+import os
+import re
+import sys
+
+d, commit, date = sys.argv[1:4]
+gpu = "NVIDIA H200"
+rows = []
+
+
+def row(metric, ctx, value, unit, command):
+    rows.append((metric, str(ctx), value, unit, commit, gpu, date, command))
+
+
+def tsv(path):
+    with open(path) as f:
+        lines = [l.rstrip("\n").split("\t") for l in f if l.strip()]
+    head = lines[0]
+    return [dict(zip(head, l)) for l in lines[1:]]
+
+
+for ctx in (512, 4096):
+    p = os.path.join(d, "decode-%d.tsv" % ctx)
+    if not os.path.exists(p):
+        continue
+    t = tsv(p)
+    arms = [r for r in t if r["kind"] == "arm"]
+    ms = sum(float(r["decode_ms_tok"]) for r in arms) / len(arms)
+    cmd = ("x4-bench-abab -m FULL --device cuda:0 -a '' -b '' --prompt-tokens %d -n 64 "
+           "--pairs 2 --warmup 1" % ctx)
+    row("decode_tok_s", ctx, "%.1f" % (1000.0 / ms), "tok/s", cmd)
+    firsts = sorted(float(r["first_step_ms"]) for r in t if r["kind"] == "run")
+    row("first_step_ms", ctx, "%.3f" % firsts[len(firsts) // 2], "ms", cmd + " (median first step)")
+p = os.path.join(d, "decode-32768.json")
+if os.path.exists(p):
+    j = json.load(open(p))
+    cmd = "x4-run -m FULL --device cuda:0 -f 32k-prompt -n 64 --ignore-eos --max-model-len 32832"
+    if j.get("decode_tok_s"):
+        row("decode_tok_s", j["prompt_tokens"], "%.1f" % j["decode_tok_s"], "tok/s", cmd)
+    if j.get("first_step_ms"):
+        row("first_step_ms", j["prompt_tokens"], "%.3f" % j["first_step_ms"], "ms", cmd)
+
+WEIGHT_CLASSES = {"routed_experts": "experts", "shared_expert": "shared_expert",
+                  "dense_ffn": "dense_ffn", "head_pick": "head"}
+for ctx in (512, 4096):
+    p = os.path.join(d, "profile-%d.tsv" % ctx)
+    if not os.path.exists(p):
+        continue
+    err = open(os.path.join(d, "profile-%d.err" % ctx)).read()
+    m = re.search(r"read ceiling ([0-9.]+) GB/s", err)
+    ceiling = float(m.group(1)) if m else float("nan")
+    t = tsv(p)
+    cmd = "x4-profile -m FULL --device cuda:0 --context %d --steps 16" % ctx
+    step = {r["name"]: r for r in t if r["section"] == "step"}
+    row("kernels_per_step", ctx, "%d" % float(step["kernels"]["launches_step"]), "kernels", cmd)
+    kern = [r for r in t if r["section"] == "kernel"]
+    hc = sum(float(r["us_step"]) for r in kern if r["class"] == "hc_gate")
+    row("hc_gate_us", ctx, "%.2f" % (hc / 80), "us", cmd + " (hc_gate class / 80 sublayers)")
+    att = sum(float(r["us_step"]) for r in kern if r["class"] == "attention"
+              and re.search(r"mla_attn|mla_combine|mla_decode|attend", r["name"]))
+    row("attn_layer_us", ctx, "%.2f" % (att / 40), "us", cmd + " (decode attention kernels / 40 layers)")
+    fam = {}
+    for r in kern:
+        if r["bytes_step"] in ("", "0", "NA"):
+            continue
+        f = WEIGHT_CLASSES.get(r["class"])
+        if r["class"] == "attention" and re.search(r"gemv|bmv", r["name"]):
+            f = "attention"
+        if not f:
+            continue
+        b, us = fam.get(f, (0.0, 0.0))
+        fam[f] = (b + float(r["bytes_step"]), us + float(r["us_step"]))
+    for f, (b, us) in sorted(fam.items()):
+        gbps = b / (us * 1e-6) / 1e9
+        row("stream_pct_of_ceiling_" + f, ctx, "%.1f" % (100 * gbps / ceiling), "%",
+            cmd + " (%.0f GB/s of %.0f)" % (gbps, ceiling))
+
+print("metric\tcontext\tvalue\tunit\tcommit\tgpu\tdate\tcommand")
+for r in rows:
+    print("\t".join(r))
