@@ -16,7 +16,8 @@
 #define ARR_HEAD 8      /* array elements shown */
 #define GIB (1024.0 * 1024.0 * 1024.0)
 
-/* The record's card (616 GB/s) and the H200's measured read ceiling. */
+/* The earlier runtime's card (616 GB/s) and the H200's measured read ceiling
+ * (docs/record.md 1 and 9). */
 static const double bandwidths_gbps[] = { 616.0, 4490.0 };
 
 static bool json;

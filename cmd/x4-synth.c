@@ -306,7 +306,7 @@ static char *config_json(const x4_config *c, size_t *len)
 	fputs("  \"scoring_func\": \"sigmoid\",\n  \"topk_method\": \"noaux_tc\",\n"
 	      "  \"hidden_act\": \"silu\",\n  \"tie_word_embeddings\": false,\n"
 	      "  \"torch_dtype\": \"bfloat16\",\n", f);
-	/* yarn_log_multiplier = 0.1 x mscale_all_dim (spec 5) */
+	/* yarn_log_multiplier = 0.1 x mscale_all_dim (docs/gguf.md 4) */
 	fputs("  \"rope_scaling\": {\n    \"type\": \"yarn\",\n    \"factor\": ", f);
 	json_num(f, c->yarn_factor);
 	fprintf(f, ",\n    \"original_max_position_embeddings\": %d,\n    \"beta_fast\": ",

@@ -2,7 +2,7 @@
  * x4-walk-residual - watch the four residual streams block by block, with
  * the residual stored in fp32, fp16 and bf16 side by side.
  *
- * This is the instrument of record section 2: a served chat answered in
+ * This is the instrument of docs/numerics.md 2: a served chat answered in
  * <_unk> because one loud expert pushed an fp16 residual past 65504 and
  * everything after it became inf - inf.  The table shows where a value
  * leaves the fp16 range and where the first non-finite value appears; the

@@ -77,7 +77,7 @@ __device__ __forceinline__ float block_max(float v, float *red)
 
 __device__ __forceinline__ float sigmoid(float z) { return 1.0f / (1.0f + expf(-z)); }
 
-/* Spec 6.3 step 4 for stream s of a token's projection m (already scaled by
+/* docs/forward.md 5.1 step 4 for stream s of a token's projection m (already scaled by
  * the RMS): one expression used by every path. */
 __device__ __forceinline__ float hc_pre_of(const float *m, const float *base,
 					   const float *scale, int s)
@@ -85,7 +85,7 @@ __device__ __forceinline__ float hc_pre_of(const float *m, const float *base,
 	return sigmoid(__fmaf_rn(scale[0], m[s], base[s]));
 }
 
-/* Spec 6.3 steps 4-8: coef = [pre | post | comb[dst][src]] from m, in
+/* docs/forward.md 5.1 steps 4-8: coef = [pre | post | comb[dst][src]] from m, in
  * registers (NHC is a compile-time constant, so every index is one). */
 template <int NHC>
 __device__ void hc_coef(const float *m, const float *base, const float *scale,
@@ -146,7 +146,7 @@ __device__ void hc_coef(const float *m, const float *base, const float *scale,
 			coef[2 * NHC + d * NHC + s] = M[d][s];
 }
 
-/* Spec 6.4 A4/F4 at one column: out[d] = post[d] * y + sum_s C[d][s] h[s],
+/* docs/forward.md 5.2 A4/F4 at one column: out[d] = post[d] * y + sum_s C[d][s] h[s],
  * the mixed sum first, in source order (as the reference). */
 template <int NHC>
 __device__ __forceinline__ void hc_update(const float *coef, float y, const float *h, float *out)
@@ -161,7 +161,7 @@ __device__ __forceinline__ void hc_update(const float *coef, float y, const floa
 	}
 }
 
-/* YaRN rotation of one adjacent pair at position p (spec 6.5): the angle is
+/* YaRN rotation of one adjacent pair at position p (docs/forward.md 6.2): the angle is
  * fl32(fl32(p) * omega), rounded on its own (no contraction), then the
  * accurate cosf/sinf (never __sinf: angles reach 2.6e5 rad). */
 __device__ __forceinline__ float2 rope_pair(float a, float b, int p, float omega)

@@ -1,5 +1,5 @@
 /*
- * embed.cu - the embedding lookup into the four fp32 streams (spec 6.2):
+ * embed.cu - the embedding lookup into the four fp32 streams (docs/forward.md 4):
  * every stream starts as the same widened BF16 row.  The ids are read on
  * the device, so a sampled id feeds the next decode step with no read-back.
  */

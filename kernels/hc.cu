@@ -1,6 +1,6 @@
 /*
- * hc.cu - the hyper-connection gate (spec 6.3) and the stream update (spec
- * 6.4 A4/F4), all fp32.
+ * hc.cu - the hyper-connection gate (docs/forward.md 5.1) and the stream
+ * update (docs/forward.md 5.2 A4/F4), all fp32.
  *
  * The fused path is one launch a sublayer.  A gate reads 688 KB of BF16
  * weights for one token (24 rows of 14336), more than one SM can stream in

@@ -1,5 +1,5 @@
 /*
- * head.cu - spec 6.8 up to the logits: the plain mean of the streams (there
+ * head.cu - docs/forward.md 8 up to the logits: the plain mean of the streams (there
  * is no learned head gate in Xing4), then the output RMSNorm, fp32, into the
  * vector the Q6_K logits product reads.  A block a token.
  */

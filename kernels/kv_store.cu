@@ -1,5 +1,5 @@
 /*
- * kv_store.cu - one layer's cache rows (spec 6.5): the latent c_kv =
+ * kv_store.cu - one layer's cache rows (docs/forward.md 6.3): the latent c_kv =
  * RMS_gain(a[0:kv_lora]) (the norm covers the latent only) and the rope key
  * k_r = RoPE(a[kv_lora:]), stored as fp16 at row *pos + t.  A block a token.
  */

@@ -1,6 +1,6 @@
 /*
  * mla_absorb.cu - the two per-head BF16 products around the absorbed
- * attention (spec 6.5): q-tilde[h] = W_kb[h] q_nope[h] (512 x 128 a head) and
+ * attention (docs/forward.md 6.4): q-tilde[h] = W_kb[h] q_nope[h] (512 x 128 a head) and
  * o[h] = W_vb[h] o-bar[h] (128 x 512 a head).  One kernel for both: a warp a
  * weight row, the row held in registers while the warp walks the tokens, so
  * a prefill chunk reads each weight once; fp32 sums.

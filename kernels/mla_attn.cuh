@@ -1,5 +1,5 @@
 /*
- * mla_attn.cuh - the absorbed MLA attention core (spec 6.5) shared by the
+ * mla_attn.cuh - the absorbed MLA attention core (docs/forward.md 6.4) shared by the
  * decode (mla_decode.cu) and prefill (mla_prefill.cu) entry points.
  *
  * A block takes 8 heads of one query token and a span of cache rows, in

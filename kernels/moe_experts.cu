@@ -1,6 +1,6 @@
 /*
  * moe_experts.cu - the routed experts as one grouped kernel family, used at
- * prefill and at decode (x4_kern.h section 1; record section 4).
+ * prefill and at decode (x4_kern.h section 1; docs/record.md 4).
  *
  * A block takes one tile of the route table (up to `tile` routes of one
  * expert) and a slice of output rows.  gate and up are computed together
@@ -9,7 +9,7 @@
  * to row t*k+s of `out`: every element has exactly one writer, and every
  * sum inside runs in a fixed order, so the answer is the same on every run
  * and for any permutation of the routes within an expert.  The top-k sum is
- * a separate reduction in ascending expert id (spec 6.7).
+ * a separate reduction in ascending expert id (docs/forward.md 7.3).
  *
  * Tiles of 64 routes use the gemm core (a dequantized weight slice reused
  * by 64 routes); tiles of at most 4 use the gemv core (each weight row read

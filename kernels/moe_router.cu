@@ -1,8 +1,8 @@
 /*
- * moe_router.cu - the MoE router (spec 6.7: fp32 sigmoid, top-k on score +
+ * moe_router.cu - the MoE router (docs/forward.md 7.2: fp32 sigmoid, top-k on score +
  * bias with the lower index winning a tie, weights from the unbiased scores)
  * and the route table, built on the device so that nothing is read back
- * and the MoE can be captured into a graph (record section 6: the one
+ * and the MoE can be captured into a graph (docs/record.md 6: the one
  * read-back, a bincount, is what refused the capture).
  */
 #include "cuda_check.h"

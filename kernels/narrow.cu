@@ -1,9 +1,10 @@
 /*
- * narrow.cu - round fp32 values in place to bf16 or fp16 precision (spec
- * 7.3: the normed sublayer input x-hat may be handed narrow).  The values
- * stay fp32 in memory; what changes is the precision the sublayer sees, so
- * the lever can be priced against the fp32 input before any kernel reads a
- * narrow type.  Round to nearest even in both cases, as the CPU does.
+ * narrow.cu - round fp32 values in place to bf16 or fp16 precision
+ * (docs/numerics.md 1.3: the normed sublayer input x-hat may be handed
+ * narrow).  The values stay fp32 in memory; what changes is the precision
+ * the sublayer sees, so the lever can be priced against the fp32 input
+ * before any kernel reads a narrow type.  Round to nearest even in both
+ * cases, as the CPU does.
  */
 #include "core_dev.cuh"
 

@@ -1,5 +1,5 @@
 /*
- * norm.cu - RMSNorm with gain (spec 6.1), fp32: a block a row, the sum of
+ * norm.cu - RMSNorm with gain (docs/forward.md 3.1), fp32: a block a row, the sum of
  * squares reduced in a fixed order so a row gives the same bits every run.
  */
 #include "core_dev.cuh"

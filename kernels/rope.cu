@@ -1,5 +1,5 @@
 /*
- * rope.cu - YaRN RoPE (spec 6.5) on the query heads' rope parts: adjacent
+ * rope.cu - YaRN RoPE (docs/forward.md 6.2) on the query heads' rope parts: adjacent
  * pairs, angle fl32(fl32(p) * omega_i), accurate sincosf.  The position is
  * read on the device (*pos + token), so a captured graph replays each step.
  */

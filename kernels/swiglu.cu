@@ -1,5 +1,5 @@
 /*
- * swiglu.cu - h = silu(g) * u, fp32 (spec 7.4), for the dense FFN and the
+ * swiglu.cu - h = silu(g) * u, fp32 (docs/numerics.md 1.4), for the dense FFN and the
  * shared expert, whose gate and up come from separate products.
  */
 #include "cuda_check.h"

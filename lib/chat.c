@@ -1,5 +1,5 @@
 /*
- * chat.c - Xing4's chat format (design record section 7), as text, as token
+ * chat.c - Xing4's chat format (docs/record.md 7), as text, as token
  * ids and as a Jinja template:
  *
  *   <_system>SYSTEM                       (SYSTEM empty without a system message)

@@ -1,5 +1,5 @@
 /*
- * gguf.c - the GGUF v2/v3 reader (gguf-formats.md section 1).
+ * gguf.c - the GGUF v2/v3 reader (docs/gguf.md 1).
  *
  * The file is hostile until proven otherwise: every count, length and
  * offset is checked against the bytes that remain before it is used, and
@@ -8,7 +8,7 @@
  * through memcpy, since nothing in a GGUF header is naturally aligned.
  *
  * The reader accepts any aligned, non-overlapping data layout (what the
- * spec allows); the writer (gguf_write.c) produces the strict packed layout
+ * format allows, docs/gguf.md 1.4); the writer (gguf_write.c) produces the strict packed layout
  * current llama.cpp demands.  The values of keys are read through
  * gguf_get.c.
  */

@@ -1,6 +1,6 @@
 /*
- * inspect.c - what a checkpoint costs per decode token (spec section 8,
- * record section 1), computed from a tensor list so that the same code
+ * inspect.c - what a checkpoint costs per decode token (docs/record.md
+ * 1), computed from a tensor list so that the same code
  * prices a file on disk and a layout never written.
  */
 #include "x4_int.h"

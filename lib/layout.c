@@ -1,7 +1,7 @@
 /*
  * layout.c - a xing4_0 checkpoint's dimensions (read from its keys, or one
- * of x4-synth's presets) and the exact tensor list they imply (spec
- * sections 4 and 5).  Nothing here knows 3584 or 40: every shape is derived
+ * of x4-synth's presets) and the exact tensor list they imply
+ * (docs/gguf.md 4 and 5).  Nothing here knows 3584 or 40: every shape is derived
  * from the config, so the tiny preset exercises the same code as the release.
  */
 #include "x4_int.h"
@@ -61,7 +61,7 @@ static int config_check(const x4_config *c, x4_err *e)
 	if (c->n_expert_used > c->n_expert)
 		return x4_err_set(e, X4_EFORMAT, ARCH ".expert_used_count (%d) exceeds "
 				  ARCH ".expert_count (%d)", c->n_expert_used, c->n_expert);
-	/* NextN blocks are MoE blocks too (spec 4.5). */
+	/* NextN blocks are MoE blocks too (docs/gguf.md 5.6). */
 	if ((c->n_dense < c->n_block || c->n_nextn > 0) &&
 	    (c->n_expert < 1 || c->n_expert_used < 1))
 		return x4_err_set(e, X4_EFORMAT, "MoE blocks (every block from "
@@ -176,7 +176,7 @@ int x4_config_read(const x4_gguf *g, x4_config *c, x4_err *e)
 		return x4_err_set(e, X4_EFORMAT, ARCH ".expert_gating_func is %d; xing4_0 routes by "
 				  "sigmoid (2)", c->gating_func);
 
-	/* The clamp is our extension (spec 10.1): a release-shaped file lacks it. */
+	/* The clamp is x4's extension (docs/forward.md 10.1): a release-shaped file lacks it. */
 	c->clamp_min = -30.0f;
 	c->clamp_max = 30.0f;
 	if (x4_gguf_find_kv(g, ARCH ".hyper_connection.clamp_min") >= 0 &&
@@ -209,7 +209,7 @@ int x4_config_read(const x4_gguf *g, x4_config *c, x4_err *e)
 			return x4_err_set(e, X4_EFORMAT, "tokenizer.ggml.tokens is not a usable array");
 		c->n_vocab = (int)n;
 	}
-	/* Token ids default to the release's (spec 5) when a file omits them. */
+	/* Token ids default to the release's (docs/gguf.md 4) when a file omits them. */
 	struct { const char *key; int *v; int def; } ids[] = {
 		{ "tokenizer.ggml.bos_token_id", &c->bos_id, 1 },
 		{ "tokenizer.ggml.eos_token_id", &c->eos_id, 2 },
@@ -229,7 +229,7 @@ int x4_config_read(const x4_gguf *g, x4_config *c, x4_err *e)
 
 int x4_config_preset(const char *name, x4_config *c, x4_err *e)
 {
-	/* The released dimensions (spec section 2); the other presets start here. */
+	/* The released dimensions (docs/forward.md 2); the other presets start here. */
 	static const x4_config full = {
 		.n_embd = 3584, .n_hc = 4, .n_block = 40, .n_block_file = 41, .n_nextn = 1,
 		.n_dense = 2, .n_head = 32, .q_lora = 768, .kv_lora = 512, .d_qk = 192,
@@ -305,7 +305,7 @@ static void add(struct lay *l, int block, int type, const char *name, int n_dims
 	t->block = block;
 }
 
-/* The MLA's 9 tensors (spec 4.2), shared by trunk and NextN blocks. */
+/* The MLA's 9 tensors (docs/gguf.md 5.3), shared by trunk and NextN blocks. */
 static void add_attention(struct lay *l, const x4_config *c, int b)
 {
 	uint64_t D = (uint64_t)c->n_embd, H = (uint64_t)c->n_head;

@@ -1,5 +1,5 @@
 /*
- * model.c - where a checkpoint's parts are (record section 7), and the
+ * model.c - where a checkpoint's parts are (docs/record.md 7), and the
  * opened model: the mapping, its config, every trunk tensor bound by name
  * against x4_layout (the one list of what a xing4_0 file holds) and the
  * tokenizer from the GGUF header.
@@ -96,7 +96,7 @@ static bool json_num(const char *js, const char *key, double *out)
 }
 
 /* A xing4_0 release folder: identified by what it declares, never by
- * merely holding a config.json (record 7: a sibling checkpoint's folder
+ * merely holding a config.json (docs/record.md 7: a sibling checkpoint's folder
  * would otherwise be taken and tokenize with the wrong vocabulary). */
 static bool is_release_dir(const char *dir)
 {

@@ -1,6 +1,6 @@
 /*
  * quant.c - ggml block formats: type traits, fp16/bf16 conversion, and the
- * dequantizers and quantizers x4 needs (gguf-formats.md section 2).
+ * dequantizers and quantizers x4 needs (docs/gguf.md 2 and 3).
  *
  * Dequantization must be bit-identical to ggml's (the oracle compares the
  * float32 bits), so every product is formed in the same order ggml forms it.
@@ -230,7 +230,7 @@ static void dequant_q4k(const uint8_t *b, float *y)
 	}
 }
 
-/* The 6-bit code (0..63) of element e of a Q6_K block (layout: spec 6.1). */
+/* The 6-bit code (0..63) of element e of a Q6_K block (layout: docs/gguf.md 3.4). */
 static int q6k_code(const uint8_t *b, int e)
 {
 	int h = e / 128, k = (e % 128) / 32, l = e % 32;

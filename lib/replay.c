@@ -1,11 +1,12 @@
 /*
  * replay.c - one MoE block in float64, straight from the file's bytes.
  *
- * The record's second check that a half-precision overflow is a width bug
- * and not a broken checkpoint: dequantize the block's expert rows and run
- * its MoE (spec section 6.7) in double on the activation the trunk saw.  If
- * the loud expert is loud here too, the magnitude is in the weights.  This
- * shares no code with the trunks on purpose: it is a second opinion.
+ * The second check of docs/numerics.md 2 that a half-precision overflow is
+ * a width bug and not a broken checkpoint: dequantize the block's expert
+ * rows and run its MoE (docs/forward.md 7.2, 7.3) in double on the
+ * activation the trunk saw.  If the loud expert is loud here too, the
+ * magnitude is in the weights.  This shares no code with the trunks on
+ * purpose: it is a second opinion.
  */
 #include "x4_int.h"
 
@@ -42,7 +43,7 @@ static int bind(const x4_gguf *g, int block, const char *what, int n_dims, uint6
 }
 
 /* out[r] = row(r0 + r) . x for r < n, each row dequantized to float first:
- * the model is defined by the dequantized bytes (spec 6.1). */
+ * the model is defined by the dequantized bytes (docs/forward.md 3.3). */
 static int gemv(const struct mat *m, uint64_t r0, uint64_t n, const double *x, double *out,
 		float *row, x4_err *e)
 {
@@ -142,7 +143,7 @@ int x4_moe_replay_block(const x4_model *mdl, int block, const float *x_hat,
 	for (uint64_t i = 0; i < D; i++)
 		x[i] = x_hat[i];
 
-	/* Router (spec 6.7): scores from the logits, selection by score+bias,
+	/* Router (docs/forward.md 7.2): scores from the logits, selection by score+bias,
 	 * weights from the unbiased scores. */
 	rc = gemv(&router, 0, E, x, score, row, e);
 	if (!rc)

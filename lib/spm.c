@@ -4,11 +4,11 @@
  * Xing4's pieces; and x4_vocab_xing4, which derives Xing4's vocabulary from
  * the embedded Mistral v3 model.
  *
- * Field numbers (sentencepiece_model.proto): ModelProto 1 pieces, 2
- * trainer_spec, 3 normalizer_spec; SentencePiece 1 piece, 2 score, 3 type;
- * TrainerSpec 3 model_type, 4 vocab_size, 24 treat_whitespace_as_suffix,
+ * Field numbers (sentencepiece_model.proto): ModelProto: 1 pieces, 2
+ * trainer_spec, 3 normalizer_spec; SentencePiece: 1 piece, 2 score, 3 type;
+ * TrainerSpec: 3 model_type, 4 vocab_size, 24 treat_whitespace_as_suffix,
  * 30 control_symbols, 35 byte_fallback, 40-42 unk/bos/eos id, 44
- * unk_surface, 45-47 unk/bos/eos piece; NormalizerSpec 2
+ * unk_surface, 45-47 unk/bos/eos piece; NormalizerSpec: 2
  * precompiled_charsmap, 3 add_dummy_prefix, 4 remove_extra_whitespaces, 5
  * escape_whitespaces (the last three default to true when absent).
  */

@@ -8,8 +8,9 @@
  * the seed alone and never on the thread count or the order chunks run in.
  *
  * Scale targets: a matrix applied to an RMS-normalised input of width K gets
- * a per-weight std of 1/sqrt(K), so its outputs are O(1) (spec 6: every
- * sublayer and gate input has just been through an RMS norm).
+ * a per-weight std of 1/sqrt(K), so its outputs are O(1) (docs/forward.md
+ * 5.2 and 10.9: every sublayer and gate input has just been through an RMS
+ * norm).
  */
 #include "x4_int.h"
 
@@ -26,7 +27,7 @@ enum { CHUNK_BYTES = 2 << 20 };
 #define Q6_SC_LO 24
 #define Q6_SC_SPAN 17
 #define Q6_SC_RMS 32.3f
-/* fp16's smallest normal: BF16 weights at or above it cast to fp16 exactly (spec 7.9). */
+/* fp16's smallest normal: BF16 weights at or above it cast to fp16 exactly (docs/numerics.md 1.9). */
 #define F16_MIN_NORMAL 6.103515625e-05f
 
 enum kind {
@@ -208,7 +209,7 @@ static inline float bf16_value(rng *r, uint32_t x, float sigma)
 {
 	uint32_t s = (x & 0xff) + ((x >> 8) & 0xff) + ((x >> 16) & 0xff) + (x >> 24);
 	float w = ((float)s - 510.0f) * (sigma / 147.80f);
-	if (fabsf(w) < F16_MIN_NORMAL) /* keep the fp16 cast exact (spec 7.9) */
+	if (fabsf(w) < F16_MIN_NORMAL) /* keep the fp16 cast exact (docs/numerics.md 1.9) */
 		w = copysignf(F16_MIN_NORMAL * (1.0f + uniform(r)), s & 1 ? w : -w);
 	return w;
 }

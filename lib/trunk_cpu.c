@@ -204,7 +204,7 @@ void x4_cpu_dequant_row(int type, const void *src, float *y, uint64_t n)
 
 /* ---- YaRN ---- */
 
-/* Spec 6.5: correction dims from beta_fast/slow, a linear ramp between
+/* docs/forward.md 6.2: correction dims from beta_fast/slow, a linear ramp between
  * them, the interpolated (divided by the factor) and the original
  * frequency blended by it; computed in double and rounded to fp32 once,
  * as fp32 is what the angle product is formed in. */
@@ -302,7 +302,7 @@ void x4_trunk_cpu_free(x4_trunk_cpu *t)
 }
 
 /* The length is what says how much of the cache is context; the rows are
- * overwritten by the next prefill (record 7's shared-cache bug). */
+ * overwritten by the next prefill (the shared-cache bug of docs/record.md 7). */
 void x4_trunk_cpu_reset(x4_trunk_cpu *t) { t->pos = 0; }
 
 int x4_trunk_cpu_pos(const x4_trunk_cpu *t) { return t->pos; }

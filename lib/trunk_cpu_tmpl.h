@@ -1,10 +1,10 @@
 /*
- * trunk_cpu_tmpl.h - the CPU trunk's forward pass (spec section 6), written
+ * trunk_cpu_tmpl.h - the CPU trunk's forward pass (docs/forward.md), written
  * once over a real type and compiled twice: lib/trunk_cpu_f32.c (REAL
  * float: what users run) and lib/trunk_cpu_f64.c (REAL double: the oracle
  * the F32 trunk and every GPU kernel are checked against).  Both read the
  * same dequantized weights; only the arithmetic's width differs, plus the
- * cache (fp16 values in F32 as the record's runtime stores them, double in
+ * cache (fp16 values in F32 as the earlier runtime stored them, double in
  * F64; enum x4_kv overrides either).
  *
  * Before including: REAL, REAL_IS_FLOAT, SFX (f32/f64), R_EXP/R_SQRT (the
@@ -15,7 +15,7 @@
  * arithmetic as storing fp16 and reading it back, at twice the memory and
  * with a plain load on every read.
  *
- * F32 mode keeps the sublayer inputs x-hat in fp32 (spec 7.3 allows them to
+ * F32 mode keeps the sublayer inputs x-hat in fp32 (docs/numerics.md 1.3: they may
  * be narrowed; on the CPU narrowing buys nothing).  Every output element of
  * every product is computed by one worker in a fixed order, so the result
  * does not depend on the thread count, and a decode step computes each
@@ -201,7 +201,7 @@ static void FN(rmsnorm)(REAL *out, const REAL *x, const float *gain, int n, floa
 		out[i] = (x[i] * inv) * (gain ? (REAL)gain[i] : (REAL)1);
 }
 
-/* Spec 6.3 steps 4-8. */
+/* docs/forward.md 5.1 steps 4-8. */
 void FN(x4_hc_coef)(const x4_config *c, const REAL *m, const float *base, const float *scale,
 		    REAL *pre, REAL *post, REAL *comb)
 {
@@ -243,7 +243,7 @@ void FN(x4_hc_coef)(const x4_config *c, const REAL *m, const float *base, const 
 }
 
 /* Top-k on score + bias; a later index must be strictly greater to win,
- * so on an exact tie the lower index is taken (spec 6.7). */
+ * so on an exact tie the lower index is taken (docs/forward.md 7.2). */
 static void FN(topk)(const REAL *score, const float *bias, int n, int k, int *sel)
 {
 	for (int j = 0; j < k; j++) {
@@ -282,7 +282,7 @@ static inline REAL FN(narrow)(int resid, REAL v)
 	return v;
 }
 
-/* The sublayer input handed narrow (opts.sublayer; spec 7.3). */
+/* The sublayer input handed narrow (opts.sublayer; docs/numerics.md 1.3). */
 static void FN(narrow_sub)(const x4_trunk_cpu *t, REAL *xh, size_t n)
 {
 	int s = t->o.sublayer;
@@ -399,7 +399,7 @@ int FN(x4_cpu_ws_alloc)(x4_trunk_cpu *t, x4_err *e)
 	return 0;
 }
 
-/* ---- the hyper-connection (spec 6.3, 6.4 A1/F1 and A4/F4) ---- */
+/* ---- the hyper-connection (docs/forward.md 5.1, 5.2 A1/F1 and A4/F4) ---- */
 
 static void FN(hc_pre)(x4_trunk_cpu *t, FN(ws) *w, int T, const x4_gguf_tensor *fn,
 		       const x4_gguf_tensor *base, const x4_gguf_tensor *scale)
@@ -430,7 +430,7 @@ static void FN(hc_pre)(x4_trunk_cpu *t, FN(ws) *w, int T, const x4_gguf_tensor *
 	}
 }
 
-/* Spec 6.4 A4/F4: out[d] = post[d] * y + sum_s C[d][s] * H[s]. */
+/* docs/forward.md 5.2 A4/F4: out[d] = post[d] * y + sum_s C[d][s] * H[s]. */
 void FN(x4_hc_update)(int hc, int D, const REAL *post, const REAL *C, const REAL *H,
 		      const REAL *y, REAL *out)
 {
@@ -443,8 +443,8 @@ void FN(x4_hc_update)(int hc, int D, const REAL *post, const REAL *C, const REAL
 		}
 }
 
-/* The update, stored at the residual's width (F16/BF16: the record's
- * failing configuration, for the walk). */
+/* The update, stored at the residual's width (F16/BF16: the earlier
+ * runtime's failing configuration, docs/record.md 2, for the walk). */
 static void FN(hc_post)(x4_trunk_cpu *t, FN(ws) *w, int T)
 {
 	const x4_config *c = t->c;
@@ -462,7 +462,7 @@ static void FN(hc_post)(x4_trunk_cpu *t, FN(ws) *w, int T)
 	w->Hn = tmp;
 }
 
-/* ---- MLA (spec 6.5), absorbed for prefill and decode alike ---- */
+/* ---- MLA (docs/forward.md 6), absorbed for prefill and decode alike ---- */
 
 static void FN(rope)(const x4_trunk_cpu *t, REAL *z, const REAL *cs)
 {
@@ -574,10 +574,10 @@ static void FN(mla)(x4_trunk_cpu *t, FN(ws) *w, int b, int p0, int T)
 	FN(mm)(t, bw->attn_output, w->o, (size_t)nh * c->d_v, T, w->y, (size_t)D);
 }
 
-/* ---- FFN (spec 6.6, 6.7) ---- */
+/* ---- FFN (docs/forward.md 7) ---- */
 
-/* silu(g) * u, kept at the trunk's width for the down projection (spec
- * 7.4: this product is what crosses 65504). */
+/* silu(g) * u, kept at the trunk's width for the down projection
+ * (docs/numerics.md 1.4: this product is what crosses 65504). */
 static void FN(swiglu)(REAL *g, const REAL *u, size_t n)
 {
 	for (size_t i = 0; i < n; i++)
@@ -687,7 +687,7 @@ static void FN(moe)(x4_trunk_cpu *t, FN(ws) *w, int b, int T)
 		FN(mm_run)(t, j2 + n2 - 1, 1);
 	}
 	x4_prof_op(t->prof, X4_PC_EXPERTS, "moe_sum", 0);
-	/* Routed terms in ascending expert id (spec 6.7), then the shared one. */
+	/* Routed terms in ascending expert id (docs/forward.md 7.3), then the shared one. */
 	memset(w->acc, 0, sizeof(REAL) * (size_t)T * D);
 	for (int r = 0; r < w->off[E]; r++) {
 		REAL *acc = w->acc + (size_t)w->rt[r] * D, sw = w->sw[w->rt[r] * k + w->rs[r]];
@@ -778,7 +778,7 @@ void FN(x4_cpu_forward)(x4_trunk_cpu *t, const int32_t *ids, int n, float *logit
 				for (int i = 0; i < D; i++)
 					H[s * D + i] = FN(narrow)(t->o.resid, e[i]);
 			/* theta = fl32(fl32(p) * fl32(omega)), then an accurate
-			 * cos/sin (spec 6.5). */
+			 * cos/sin (docs/forward.md 6.2). */
 			for (int i = 0; i < half; i++) {
 				float th = (float)(p0 + tk) * t->omega[i];
 				w->rope[(size_t)tk * c->d_rope + 2 * i] = (REAL)cos((double)th);

@@ -238,7 +238,7 @@ static int usable_free(x4_trunk_cuda *t, uint64_t held, uint64_t *free_out,
 }
 
 /* Refuse before the upload when the weights, the cache and the narrowest
- * chunk cannot all be resident (record section 5: a refusal at load, not an
+ * chunk cannot all be resident (docs/record.md 5: a refusal at load, not an
  * out-of-memory inside a request). */
 static int check_fit(x4_trunk_cuda *t, uint64_t narrow_ws, x4_err *e)
 {
@@ -520,7 +520,7 @@ void x4_trunk_cuda_free(x4_trunk_cuda *t)
 }
 
 /* The length is what says how much of the cache is context; the next
- * prefill overwrites the rows (record section 7's shared-cache bug). */
+ * prefill overwrites the rows (the shared-cache bug of docs/record.md 7). */
 void x4_trunk_cuda_reset(x4_trunk_cuda *t)
 {
 	t->pos = 0;

@@ -1,7 +1,7 @@
 /*
- * trunk_cuda_fwd.c - the CUDA trunk's forward pass (spec section 6): the
+ * trunk_cuda_fwd.c - the CUDA trunk's forward pass (docs/forward.md): the
  * same function as the CPU trunk (lib/trunk_cpu_tmpl.h), in the same order,
- * with the numerics of spec section 7: the residual streams, the
+ * with the numerics of docs/numerics.md 1: the residual streams, the
  * hyper-connection, the sublayer inputs x-hat, the SwiGLU products, the MoE
  * sum and the logits in fp32, the latent cache in fp16, the softmax fp32.
  *
@@ -9,8 +9,8 @@
  * decode step) takes the matrix-vector and split-K attention kernels, T > 1
  * the matrix-matrix and prefill ones.  Nothing is read back inside a step
  * but the logits at its end (the MoE's route table is built on the device),
- * and the position reaches the kernels as a device int, so a later issue
- * can capture a step into a CUDA graph as it is.
+ * and the position reaches the kernels as a device int, so a step can be
+ * captured into a CUDA graph as it is.
  *
  * The stream update A4/F4 is normally fused into the next gate's kernel
  * (x4k_hc_pre with y_prev); the probe and the narrow residual arms need the
@@ -64,10 +64,10 @@ static void swap_streams(x4_cuda_ws *w)
 /* ---- the residual streams ---- */
 
 /* The F16/BF16 arms store the streams narrowed after every update, as the
- * CPU trunk does (record section 2's failing configuration, for
+ * CPU trunk does (the failing configuration of docs/record.md 2, for
  * x4-walk-residual).  Done on the host: it is a diagnostic arm, and no
  * kernel of x4_kern.h rounds a buffer. */
-/* The sublayer input x-hat handed narrow (opts.sublayer; spec 7.3). */
+/* The sublayer input x-hat handed narrow (opts.sublayer; docs/numerics.md 1.3). */
 static int narrow_sub(const fwd *f)
 {
 	int s = f->t->o.sublayer;
@@ -97,7 +97,7 @@ static int narrow(const fwd *f)
 	return 0;
 }
 
-/* Spec 6.3 for one sublayer's gate: coef and the collapse x from the
+/* docs/forward.md 5.1 for one sublayer's gate: coef and the collapse x from the
  * streams.  pend (not NULL) is the previous sublayer's coefficients, whose
  * update A4/F4 with y is applied first, in the same kernel. */
 static int gate(const fwd *f, const void *fn, const void *base, const void *scale,
@@ -113,7 +113,7 @@ static int gate(const fwd *f, const void *fn, const void *base, const void *scal
 	return rc;
 }
 
-/* Spec 6.4 A4/F4 on its own, then the residual's width. */
+/* docs/forward.md 5.2 A4/F4 on its own, then the residual's width. */
 static int update(const fwd *f, const float *coef)
 {
 	x4_cuda_ws *w = f->w;
@@ -158,7 +158,7 @@ static int probe(const fwd *f, int b, int sub, const float *coef, const x4k_moe_
 
 /* ---- sublayers ---- */
 
-/* Spec 6.5, absorbed: y = MLA(x-hat), the chunk's cache rows stored first. */
+/* docs/forward.md 6, absorbed: y = MLA(x-hat), the chunk's cache rows stored first. */
 static int mla(const fwd *f, int b)
 {
 	x4_trunk_cuda *t = f->t;
@@ -205,7 +205,7 @@ static int mla(const fwd *f, int b)
 	return mm(f, hw->attn_output, d->attn_output, w->o, w->y);
 }
 
-/* down(silu(gate x) * up x), the product fp32 (spec 7.4), into out; cls
+/* down(silu(gate x) * up x), the product fp32 (docs/numerics.md 1.4), into out; cls
  * is the profiler's class (dense FFN or shared expert). */
 static int swiglu_ffn(const fwd *f, int cls, const x4_gguf_tensor *hg, const void *dg,
 		      const x4_gguf_tensor *hu, const void *du, const x4_gguf_tensor *hd,
@@ -222,7 +222,7 @@ static int swiglu_ffn(const fwd *f, int cls, const x4_gguf_tensor *hg, const voi
 	return mm(f, hd, dd, w->h, out);
 }
 
-/* Spec 6.7: the router, the route table, the grouped experts and the
+/* docs/forward.md 7.2, 7.3: the router, the route table, the grouped experts and the
  * shared expert, summed in ascending expert id; r receives the routes. */
 static int moe(const fwd *f, int b, x4k_moe_routes *r)
 {
@@ -314,7 +314,7 @@ static int blocks(const fwd *f, bool observe)
 	return pend ? update(f, pend) : 0;
 }
 
-/* Spec 6.8 for n tokens of the streams from token tk0: logits into
+/* docs/forward.md 8 for n tokens of the streams from token tk0: logits into
  * w->logits, then to the host unless logits is NULL (the device pick). */
 static int head(fwd *f, int tk0, int n, float *logits)
 {
@@ -385,8 +385,8 @@ static int enqueue_step(x4_trunk_cuda *t, const x4_sampler_opts *so, int32_t *pi
 	return rc;
 }
 
-/* A decode step replayed from a graph captured on first use (record
- * section 6: the step's launches, not its bytes, were the cost).  Returns
+/* A decode step replayed from a graph captured on first use
+ * (docs/record.md 6: the step's launches, not its bytes, were the cost).  Returns
  * 1 when the graph cannot serve (the caller runs the step eagerly). */
 static int graph_step(x4_trunk_cuda *t, int32_t id, const x4_sampler_opts *so, int32_t *pick,
 		      x4_err *e)
@@ -537,8 +537,8 @@ int x4_trunk_cuda_forward_next(x4_trunk_cuda *t, const int32_t *ids, int n,
 	if (rc)
 		return rc;
 	*next = *t->next_host; /* run() synchronised the stream */
-	/* The picked token's logit, so that a row that is not finite (record
-	 * section 2's overflow) is an error and not a silent token 0.  One more
+	/* The picked token's logit, so that a row that is not finite
+	 * (the overflow of docs/numerics.md 2) is an error and not a silent token 0.  One more
 	 * 4-byte copy a step; a graphed step would fold it into the pick. */
 	const x4_config *c = t->c;
 	if (logits) {

@@ -53,7 +53,7 @@ int x4_trunk_cpu_forward(x4_trunk_cpu *t, const int32_t *ids, int n, float *logi
 			 bool all_logits, x4_err *e);
 void x4_trunk_cpu_set_probe(x4_trunk_cpu *t, x4_probe_fn fn, void *ctx);
 
-/* The CUDA trunk (lib/trunk_cuda.c, the GPU part): the same contract as the
+/* The CUDA trunk (lib/trunk_cuda.c): the same contract as the
  * public x4_trunk_* functions, with the options and a forward's arguments
  * already checked by lib/trunk.c (max_ctx resolved); create returns
  * X4_ECUDA in a build without CUDA. */
@@ -81,26 +81,26 @@ x4_trunk_cuda *x4_trunk_cuda_part(x4_trunk *t);
 
 /* ---- pieces of the CPU trunk, exposed for tests ---- */
 
-/* YaRN frequencies omega_i, i < d_rope/2, in fp32 (spec 6.5). */
+/* YaRN frequencies omega_i, i < d_rope/2, in fp32 (docs/forward.md 6.2). */
 void x4_yarn_freqs(const x4_config *c, float *omega /* [d_rope/2] */);
 
-/* The hyper-connection coefficients from the 24-wide projection m (spec
- * 6.3 steps 4-8), in double (the F64 trunk's arithmetic) and float (the
+/* The hyper-connection coefficients from the 24-wide projection m
+ * (docs/forward.md 5.1 steps 4-8), in double (the F64 trunk's arithmetic) and float (the
  * F32 trunk's).  pre/post [n_hc], comb [n_hc][n_hc] as [dst][src]. */
 void x4_hc_coef_f64(const x4_config *c, const double *m, const float *base,
 		    const float *scale, double *pre, double *post, double *comb);
 void x4_hc_coef_f32(const x4_config *c, const float *m, const float *base,
 		    const float *scale, float *pre, float *post, float *comb);
 
-/* Spec 6.4 A4/F4 for one token: out[d] = post[d] * y + sum_s C[d][s] * H[s],
+/* docs/forward.md 5.2 A4/F4 for one token: out[d] = post[d] * y + sum_s C[d][s] * H[s],
  * H and out [n_hc][D], C [dst][src]. */
 void x4_hc_update_f64(int n_hc, int D, const double *post, const double *comb,
 		      const double *H, const double *y, double *out);
 void x4_hc_update_f32(int n_hc, int D, const float *post, const float *comb,
 		      const float *H, const float *y, float *out);
 
-/* Top-k of score + bias with the lower index winning exact ties (spec
- * 6.7); sel[k] in selection order. */
+/* Top-k of score + bias with the lower index winning exact ties
+ * (docs/forward.md 7.2); sel[k] in selection order. */
 void x4_router_topk(const float *score, const float *bias, int n, int k, int *sel);
 
 /* One weight row to float: x4_dequant's values, faster for the trunk's

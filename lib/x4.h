@@ -9,7 +9,7 @@
  * one, the fix).  The library never prints and never exits: only cmd/ does.
  * Kernel launchers live behind lib/x4_kern.h, which only lib/ and tests/ see.
  *
- * Sections (each owned by one part of lib/; keep edits inside your section):
+ * Sections (and the files that implement each):
  *   1. errors and version      (lib/err.c)
  *   2. block formats           (lib/quant.c)
  *   3. GGUF reader and writer  (lib/gguf.c, lib/gguf_get.c, lib/gguf_write.c)
@@ -275,13 +275,13 @@ typedef struct x4_tensor_spec {
 int x4_layout(const x4_config *c, x4_tensor_spec **out, int *n, x4_err *e);
 
 /* Declare every key x4_config_read reads (general.architecture, the
- * xing4_0.* keys of spec section 5 with the clamp extension, and the
+ * xing4_0.* keys of docs/gguf.md 4 with the clamp extension, and the
  * tokenizer's bos/eos/unknown ids) on a writer; errors surface at
  * x4_gguf_writer_begin_data like any declaration's.  (lib/layout.c) */
 int x4_config_write(x4_gguf_writer *w, const x4_config *c);
 
-/* One decode token's weight bytes (spec section 8), from a tensor list:
- * the file's own directory or x4_layout's.  Rows as the design record
+/* One decode token's weight bytes (docs/record.md 1), from a tensor list:
+ * the file's own directory or x4_layout's.  Rows as docs/record.md 1
  * counts them; misc_record is every F32 tensor, every hc_*_fn and one
  * embedding row (it includes the NextN block's router and norms), while
  * misc_trunk is strictly what a trunk token reads.  (lib/inspect.c) */
@@ -291,7 +291,7 @@ typedef struct x4_decode_bytes {
 	uint64_t output;      /* output.weight */
 	uint64_t shared;      /* shared experts, MoE trunk blocks */
 	uint64_t dense;       /* dense FFN blocks */
-	uint64_t misc_record; /* hc_*, routers, norms, one embedding row (record) */
+	uint64_t misc_record; /* hc_*, routers, norms, one embedding row (docs/record.md 1) */
 	uint64_t misc_trunk;  /* the same, trunk only */
 	uint64_t total_record, total_trunk;
 } x4_decode_bytes;
@@ -406,7 +406,7 @@ size_t x4_detok_flush(const x4_tokenizer *t, x4_detok *st, char *out, size_t cap
 int x4_detokenize(const x4_tokenizer *t, const int32_t *ids, size_t n, char **out,
 		  x4_err *e);
 
-/* Chat, rendered as the release's template does (record section 7). */
+/* Chat, rendered as the release's template does (docs/record.md 7). */
 typedef struct x4_chat_msg {
 	const char *role;    /* "system", "user" or "assistant" */
 	const char *content;
@@ -423,7 +423,7 @@ const char *x4_chat_template_jinja(void);
 
 /* ===================== 6. model and trunk ===================== */
 
-/* Where a model's parts are (record section 7): the weights are a .gguf;
+/* Where a model's parts are (docs/record.md 7): the weights are a .gguf;
  * the tokenizer folder (config.json with model_type xing4_0, or
  * tokenization_xing4_0.py) holds tokenizer.model, config.json, the chat
  * template.  `model` is a .gguf file or a folder holding exactly one;
@@ -452,22 +452,22 @@ const x4_gguf *x4_model_gguf(const x4_model *m);
 const x4_tokenizer *x4_model_tokenizer(const x4_model *m);
 const char *x4_model_fingerprint(const x4_model *m); /* fast fingerprint */
 
-/* How wide the four residual streams are stored (spec section 7; record
- * section 2).  F32 is right; F16 and BF16 are the failing configurations
+/* How wide the four residual streams are stored (docs/numerics.md 1.1
+ * and 2).  F32 is right; F16 and BF16 are the failing configurations
  * x4-walk-residual compares against. */
 enum x4_resid { X4_RESID_F32 = 0, X4_RESID_F16 = 1, X4_RESID_BF16 = 2 };
-/* The precision the sublayers are handed their normed input x-hat in (spec
- * 7.3: it "may be narrowed"; the record's runtime hands fp16 on sm_75).
- * F32 is the default: the kernels read fp32 activations, so narrowing buys
- * no bandwidth yet and is a lever to price, not a given. */
+/* The precision the sublayers are handed their normed input x-hat in
+ * (docs/numerics.md 1.3: it may be narrowed; the earlier runtime handed
+ * fp16 on sm_75).  F32 is the default: the kernels read fp32 activations,
+ * so narrowing buys no bandwidth yet and is a lever to price, not a given. */
 enum x4_sub { X4_SUB_F32 = 0, X4_SUB_BF16 = 1, X4_SUB_F16 = 2 };
 /* Arithmetic of the CPU trunk: F32 (what users run), F64 (the oracle). */
 enum x4_prec { X4_PREC_F32 = 0, X4_PREC_F64 = 1 };
-/* The latent KV cache (spec 6.5, 7.7).  DEFAULT: fp16 values in F32 (the
- * record's cache) and exact doubles in F64; F16 rounds to fp16 in either
- * (F64 + F16 is the spec's model computed exactly, as the numpy oracle's
- * kv='f16'); EXACT keeps the arithmetic's width (F32 + EXACT isolates the
- * arithmetic from the cache's rounding in comparisons). */
+/* The latent KV cache (docs/forward.md 6.3, docs/numerics.md 1.7).  DEFAULT:
+ * fp16 values in F32 (the earlier runtime's cache) and exact doubles in F64;
+ * F16 rounds to fp16 in either (F64 + F16 is the model computed exactly, as
+ * the numpy oracle's kv='f16'); EXACT keeps the arithmetic's width (F32 +
+ * EXACT isolates the arithmetic from the cache's rounding in comparisons). */
 enum x4_kv { X4_KV_DEFAULT = 0, X4_KV_F16 = 1, X4_KV_EXACT = 2 };
 
 typedef struct x4_trunk_opts {
@@ -503,8 +503,8 @@ int x4_trunk_configure(x4_trunk *t, const x4_trunk_opts *o, x4_err *e);
 /* The options the trunk runs with now (max_ctx and prefill_chunk as given,
  * 0 for automatic; x4_trunk_get_stats has what they resolved to). */
 const x4_trunk_opts *x4_trunk_get_opts(const x4_trunk *t);
-/* Forget the context (the cache's length drops to 0; record section 7's
- * shared-cache bug): the next forward starts at position 0. */
+/* Forget the context (the cache's length drops to 0; the shared-cache bug
+ * of docs/record.md 7): the next forward starts at position 0. */
 void x4_trunk_reset(x4_trunk *t);
 int x4_trunk_pos(const x4_trunk *t);
 /* Run n tokens at positions pos..pos+n-1 and append them to the cache.
@@ -530,8 +530,8 @@ typedef void (*x4_probe_fn)(void *ctx, const x4_probe_row *row);
 void x4_trunk_set_probe(x4_trunk *t, x4_probe_fn fn, void *ctx);
 
 /* What a trunk holds, so that a tool can print "loaded N GiB in S s (G GB/s)"
- * (the library itself never prints).  Added by the GPU part (lib/trunk_cuda.c;
- * the CPU side in lib/trunk.c): the CPU reads the mapping, so its load_s and
+ * (the library itself never prints).  Filled by lib/trunk_cuda.c on a GPU and
+ * by lib/trunk.c on the CPU: the CPU reads the mapping, so its load_s and
  * resident_bytes are 0. */
 typedef struct x4_trunk_stats {
 	double load_s;           /* seconds create spent uploading the weights */
@@ -581,7 +581,7 @@ int32_t x4_sample(x4_sampler *s, const float *logits, int n_vocab);
 int x4_trunk_forward_next(x4_trunk *t, const int32_t *ids, int n, x4_sampler *smp,
 			  const x4_sampler_opts *so, int32_t *next, float *logits, x4_err *e);
 /* The message and code (X4_ENUMERIC) for logits that are not finite at a
- * position: the residual stream overflowed (record section 2) or a weight
+ * position: the residual stream overflowed (docs/numerics.md 2) or a weight
  * is not finite; names x4-walk-residual as the way to find the block. */
 int x4_err_nonfinite_logits(x4_err *e, int pos);
 
@@ -719,7 +719,7 @@ int x4_npy_close(x4_npy *w, x4_err *e); /* frees w */
 void x4_npy_abort(x4_npy *w);           /* frees w */
 
 /* One MoE block recomputed in float64 from the dequantized weights of the
- * file (record section 2: "the weights are not the bug"): the router, every
+ * file (docs/numerics.md 2: the magnitude is in the weights): the router, every
  * selected expert and the shared expert, on a captured normed input x-hat. */
 #define X4_REPLAY_MAX_USED 16
 typedef struct x4_moe_replay {
@@ -754,9 +754,9 @@ int x4_moe_replay_block(const x4_model *m, int block, const float *x_hat,
 
 /* The sublayer classes a step's time is attributed to. */
 enum x4_prof_class {
-	X4_PC_HC = 0,      /* hyper-connection gate and stream update (spec 6.3, 6.4) */
+	X4_PC_HC = 0,      /* hyper-connection gate and stream update (docs/forward.md 5) */
 	X4_PC_NORM,        /* the sublayer input x-hat: its RMSNorm and narrowing */
-	X4_PC_ATTN,        /* attention: projections, norms, rope, cache, MLA (6.5) */
+	X4_PC_ATTN,        /* attention: projections, norms, rope, cache, MLA (docs/forward.md 6) */
 	X4_PC_ROUTER,      /* MoE router and route table (6.7) */
 	X4_PC_EXPERTS,     /* routed experts and their weighted sum */
 	X4_PC_SHARED,      /* the shared expert */
@@ -779,7 +779,7 @@ bool x4_prof_have_zlib(void);
  * GPU (device >= 0) a kernel of 16-byte streaming loads over a buffer far
  * larger than L2, on the CPU (device -1) a read of 256 MiB on `threads`
  * threads (0 = all); the median of several repetitions after a warm-up.
- * desc (may be NULL) receives what was read, for the record. */
+ * desc (may be NULL) receives what was read, to report beside the figure. */
 int x4_prof_ceiling(int device, int threads, double *gbps, char *desc, size_t desc_cap,
 		    x4_err *e);
 

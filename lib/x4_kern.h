@@ -8,13 +8,15 @@
  * so a sequence of them can be captured into a CUDA graph.  Pointers are
  * device pointers unless a comment says otherwise.  Weights are the GGUF
  * bytes as mapped (IQ4_NL 18-byte blocks, Q6_K 210-byte blocks, BF16); a
- * matrix of n rows and k columns is n rows of k contiguous values (spec 4).
+ * matrix of n rows and k columns is n rows of k contiguous values
+ * (docs/forward.md 1).
  * Activations are fp32 in and out, and every accumulation is fp32.
  *
- * Sections (each owned by one helper; keep edits inside your own):
+ * Sections (and the files that implement each):
  *   1. quantized products and the MoE  (kernels/gemv_quant.cu, gemm_quant.cu,
  *      swiglu.cu, moe_router.cu, moe_experts.cu)
- *   2. attention, rope, hyper-connection, norms (other helper)
+ *   2. attention, rope, hyper-connection, norms (kernels/hc.cu, mla_*.cu, rope.cu,
+ *      kv_store.cu, norm.cu, embed.cu, head.cu, narrow.cu, sample.cu)
  *   3. ref: plain-C references (lib/ref/)
  *   4. the streaming-read ceiling (kernels/stream_read.cu, for lib/prof_ceiling.c)
  */
@@ -45,12 +47,12 @@ int x4k_gemv(int type, const void *w, int n, int k, const float *x, float *y,
 int x4k_gemm(int type, const void *w, int n, int k, int n_tok, const float *x,
 	     float *y, cudaStream_t s, x4_err *e);
 
-/* h = silu(g) * u elementwise, fp32 (spec 7.4: the product is the value that
+/* h = silu(g) * u elementwise, fp32 (docs/numerics.md 1.4: the product is the value that
  * overflows fp16, so it stays fp32 on its way to the down projection). */
 int x4k_swiglu(int64_t n, const float *g, const float *u, float *h,
 	       cudaStream_t s, x4_err *e);
 
-/* ---- MoE (spec 6.7) ----
+/* ---- MoE (docs/forward.md 7.2, 7.3) ----
  * The route table lives in one caller-owned device workspace:
  *   x4k_moe_routes r;  size_t nb = x4k_moe_routes_bytes(n_tok, k, n_expert, tile);
  *   x4k_moe_routes_init(&r, ws, nb, n_tok, k, n_expert, tile, e);
@@ -64,7 +66,7 @@ typedef struct x4k_moe_routes {
 	int tile;        /* routes per tile of the grouped kernel (x4k_moe_tile) */
 	int max_tiles;   /* bound on *n_tiles known on the host: the grid's size */
 	int32_t *sel;    /* [n_tok][k] expert of each slot, slot 0 the best */
-	float *wts;      /* [n_tok][k] weight of each slot (spec 6.7 step 3) */
+	float *wts;      /* [n_tok][k] weight of each slot (docs/forward.md 7.2 step 3) */
 	int32_t *counts; /* [n_expert] routes per expert */
 	int32_t *offsets;     /* [n_expert + 1] exclusive prefix sum of counts */
 	int32_t *route;       /* [n_tok*k] route ids t*k+s, grouped by expert in
@@ -110,7 +112,7 @@ int x4k_moe_experts(const x4k_moe_routes *r, int type, const float *x, int d, in
 		    const void *gate, const void *up, const void *down, void *ws,
 		    size_t ws_bytes, const float **out, cudaStream_t s, x4_err *e);
 
-/* y[t] = sum over t's k slots, taken in ascending expert id (spec 6.7), of
+/* y[t] = sum over t's k slots, taken in ascending expert id (docs/forward.md 7.3), of
  * wts * out[t*k+s], then + shared[t] (optional, [n_tok][d]).  The order
  * depends on the expert ids only, never on the route table's permutation,
  * so the sum is bit-reproducible.  y: [n_tok][d]. */
@@ -118,7 +120,7 @@ int x4k_moe_reduce(const x4k_moe_routes *r, const float *out, const float *share
 		   int d, float *y, cudaStream_t s, x4_err *e);
 #endif /* X4K_HAVE_CUDA */
 
-/* ============ 2. attention, rope, hyper-connection, norms (other helper) ============ */
+/* ============ 2. attention, rope, hyper-connection, norms ============ */
 /* (kernels/hc.cu, norm.cu, embed.cu, head.cu, rope.cu, kv_store.cu,
  * mla_absorb.cu, mla_decode.cu, mla_prefill.cu, sample.cu; references in
  * lib/ref/ref_hc.c, ref_attn.c, ref_misc.c.)  Positions and the context
@@ -127,7 +129,7 @@ int x4k_moe_reduce(const x4k_moe_routes *r, const float *out, const float *share
  * decode step.  The KV cache of one layer is max_ctx rows of
  * cw = kv_lora + d_rope fp16 values (uint16_t bits): [c_kv normed | k_r roped]. */
 
-/* The hyper-connection's dimensions and constants (spec 6.3), as plain
+/* The hyper-connection's dimensions and constants (docs/forward.md 5.1), as plain
  * values so that tests can make odd shapes. */
 typedef struct x4k_hc_cfg {
 	int n_hc;           /* streams, 1..4 */
@@ -142,7 +144,7 @@ typedef struct x4k_hc_cfg {
 
 #ifdef X4K_HAVE_CUDA
 /* H[t][s][:] = bf16 row ids[t] of emb ([n_vocab][D]), widened, for every
- * stream s < n_hc (spec 6.2).  ids on the device (a sampled id feeds the next
+ * stream s < n_hc (docs/forward.md 4).  ids on the device (a sampled id feeds the next
  * step without a read-back); an id outside [0, n_vocab) gives a NaN row. */
 int x4k_embed(const uint16_t *emb, int n_vocab, int D, int n_hc, const int32_t *ids,
 	      int n_tok, float *H, cudaStream_t s, x4_err *e);
@@ -154,21 +156,21 @@ int x4k_rmsnorm(int n_tok, int n, const float *x, int ld_x, const float *gain, f
 
 /* Round n fp32 values in place to bf16 (X4K_NARROW_BF16) or fp16
  * (X4K_NARROW_F16) precision, nearest even: the sublayer input's width
- * (spec 7.3), with the values kept fp32 in memory. */
+ * (docs/numerics.md 1.3), with the values kept fp32 in memory. */
 enum { X4K_NARROW_BF16 = 1, X4K_NARROW_F16 = 2 };
 int x4k_narrow(int64_t n, float *x, int dtype, cudaStream_t s, x4_err *e);
 
-/* Spec 6.8 before the logits: y[t] = RMS_gain(mean_s H[t][s]).  H [n_tok][n_hc][D]. */
+/* docs/forward.md 8 before the logits: y[t] = RMS_gain(mean_s H[t][s]).  H [n_tok][n_hc][D]. */
 int x4k_head(int n_tok, int n_hc, int D, const float *H, const float *gain, float eps,
 	     float *y, cudaStream_t s, x4_err *e);
 
-/* ---- hyper-connection (spec 6.3, 6.4) ----
+/* ---- hyper-connection (docs/forward.md 5.1, 5.2) ----
  * x4k_hc_pre: the gate of one sublayer for n_tok tokens, all fp32: RMS over
  * the flattened n_hc*D, the projection with the BF16 fn ([ncoef][n_hc*D],
  * stream-major columns), sigmoids, clamp, exp(x - rowmax), the Sinkhorn
  * rounds, and the collapse x[t] = sum_s pre[s] H[t][s] ([n_tok][D]); coef
  * [n_tok][ncoef].  Optionally fused with the previous sublayer's stream
- * update (spec 6.4 A4/F4): when y_prev is not NULL the state used is
+ * update (docs/forward.md 5.2 A4/F4): when y_prev is not NULL the state used is
  *   H_out[d] = post_prev[d] * y_prev + sum_s comb_prev[d][s] * H[s]
  * (coef_prev, y_prev [n_tok][D]), written to H_out (may be H); otherwise
  * H_out is ignored.  eager selects the multi-kernel path (the same
@@ -183,18 +185,18 @@ int x4k_hc_pre(const x4k_hc_cfg *c, int n_tok, const float *H, const uint16_t *f
 	       const float *coef_prev, float *H_out, float *x, float *coef, bool eager,
 	       void *ws, size_t ws_bytes, cudaStream_t s, x4_err *e);
 /* The stream update alone: H_out[t][d] = post[d] * y[t] + sum_s comb[d][s] *
- * H[t][s] (comb [dst][src], spec 6.4); H_out may be H. */
+ * H[t][s] (comb [dst][src], docs/forward.md 5.2); H_out may be H. */
 int x4k_hc_post(const x4k_hc_cfg *c, int n_tok, const float *coef, const float *y,
 		const float *H, float *H_out, cudaStream_t s, x4_err *e);
 
-/* ---- MLA (spec 6.5), absorbed ----
+/* ---- MLA (docs/forward.md 6), absorbed ----
  * Layouts: q [n_tok][n_head][d_nope + d_rope] (W_qb's output), qt
  * [n_tok][n_head][cw] (q-tilde then the roped q_r: the 576-wide query the
  * cache rows are dotted with), ob [n_tok][n_head][kv_lora], o
  * [n_tok][n_head][d_v] (W_o's input).  W_kb [n_head][kv_lora][d_nope] and
  * W_vb [n_head][d_v][kv_lora] are the BF16 tensors as stored. */
 
-/* YaRN RoPE (spec 6.5) on n_vec vectors of d_rope per token, adjacent pairs,
+/* YaRN RoPE (docs/forward.md 6.2) on n_vec vectors of d_rope per token, adjacent pairs,
  * angle fl32(fl32(p) * omega[i]) with an accurate cos/sin; omega [d_rope/2]
  * on the device (x4_yarn_freqs).  Vector v of token t starts at
  * in + t*ld_in_tok + v*ld_in_vec (likewise out); out may be in. */
@@ -311,7 +313,7 @@ int x4r_gemv(int type, const void *w, int n, int k, const float *x, float *y,
 int x4r_gemm(int type, const void *w, int n, int k, int n_tok, const float *x,
 	     float *y, float *mag, x4_err *e);
 void x4r_swiglu(int64_t n, const float *g, const float *u, float *h);
-/* The router of spec 6.7 in double.  sel, wts: [n_tok][k]; score (optional,
+/* The router of docs/forward.md 7.2 in double.  sel, wts: [n_tok][k]; score (optional,
  * [n_tok][n_expert]) receives g + bias and lmag (optional, same shape) the
  * sum of |W_r x| terms of each logit. */
 int x4r_moe_router(int n_tok, int d, int n_expert, int k, const float *x,

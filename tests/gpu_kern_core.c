@@ -6,7 +6,7 @@
  *
  * Every output buffer is poisoned with NaN (0xff bytes) before a launch, so
  * an element a kernel forgot to write fails its check.  Tolerances sit next
- * to each check with the dtype that justifies them (record section 2: fp32
+ * to each check with the dtype that justifies them (docs/numerics.md 4: fp32
  * 1e-5, fp16 4e-3, bf16 4e-2).  A failure names op, shape and seed.
  */
 #include "t.h"
@@ -49,7 +49,7 @@ static float *fvec(size_t n, float lo, float hi)
 	return p;
 }
 
-/* BF16 values in +-a, never zero (and inside fp16's normal range, spec 7.9). */
+/* BF16 values in +-a, never zero (and inside fp16's normal range, docs/numerics.md 1.9). */
 static uint16_t *bvec(size_t n, float a)
 {
 	uint16_t *p = malloc(n * sizeof *p);

@@ -72,7 +72,7 @@ static void attn_case(struct attn_data *a, int n_tok, int pos, uint64_t sd, bool
 	/* fp32 over fp16 rows (the reference reads the same fp16 values): the
 	 * error is fp32 rounding in the 576-term scores and in sums over up
 	 * to 32768 rows in two levels (a span, then the splits), measured
-	 * against sum_tau P |row|: 1e-5 (record) times 3 for the two levels
+	 * against sum_tau P |row|: 1e-5 (docs/numerics.md 4) times 3 for the two levels
 	 * and the scores' growth with |score| (largest here ~10) */
 	char sh2[200];
 	snprintf(sh2, sizeof sh2, "%s (max |score| %.1f)", shape, smax);

@@ -246,7 +246,7 @@ static void hc_case(int n_hc, int D, int n_tok, float comb_scale, uint64_t sd, b
 			gcf[upd][eager] = hmalloc(ncf * 4);
 			dget(gx[upd][eager], dx, nx * 4);
 			dget(gcf[upd][eager], dcf, ncf * 4);
-			/* fp32 (record: 1e-5).  Coefficients: pre and comb lie in
+			/* fp32 (docs/numerics.md 4: 1e-5).  Coefficients: pre and comb lie in
 			 * [0, 1] with sums near 1, post in (0, 2): error against
 			 * max(1, |r|).  Collapse: against sum_s |pre h|. */
 			float *one = hmalloc(ncf * 4);
@@ -286,7 +286,7 @@ static void hc_case(int n_hc, int D, int n_tok, float comb_scale, uint64_t sd, b
 		free(one);
 	}
 
-	/* the standalone stream update (spec 6.4 A4/F4) */
+	/* the standalone stream update (docs/forward.md 5.2 A4/F4) */
 	{
 		char shape[128];
 		snprintf(shape, sizeof shape, "n_hc %d D %d tokens %d", n_hc, D, n_tok);
@@ -339,7 +339,7 @@ static void hc_case(int n_hc, int D, int n_tok, float comb_scale, uint64_t sd, b
 	hc_free(&d);
 }
 
-/* The comb's orientation (spec 1.2, 9, 12): a gate whose comb logits favour
+/* The comb's orientation (docs/forward.md 5.3): a gate whose comb logits favour
  * source s = d+1 for destination d must give C[d][d+1] (flat 8 + 4d + s)
  * near 1, and the update must read C as [dst][src]: with a non-symmetric
  * C the transposed reading is far from the kernel's output. */
@@ -477,7 +477,7 @@ static float *omega_of(int d_rope)
 }
 
 /* |g - r| per pair against |a| + |b|: fp32 with cosf/sinf good to 2 ulp at
- * any angle; 1e-5 (record) still fails __sinf, which misses by 1e-1 at 2e5 rad. */
+ * any angle; 1e-5 (docs/numerics.md 4) still fails __sinf, which misses by 1e-1 at 2e5 rad. */
 static void rope_check(const char *shape, const float *g, const float *r, const float *in,
 		       long n_pairs)
 {
@@ -551,7 +551,7 @@ static void rope_case(int n_tok, int n_vec, int d_rope, int pos, uint64_t sd, bo
 
 static void test_rope(void)
 {
-	/* the spec's check values of the YaRN frequencies (6.5) */
+	/* the check values of the YaRN frequencies (docs/forward.md 6.2) */
 	float *om = omega_of(64);
 	const int idx[] = { 0, 10, 16, 23, 31 };
 	const double want[] = { 1, 0.0562341, 0.00545673, 2.08363e-5, 2.08363e-6 };
@@ -599,7 +599,7 @@ static void kv_case(int n_tok, int kv_lora, int d_rope, int pos, int max_ctx, ui
 	f16_to_f32v(ref + (size_t)r0 * cw, rf, nw);
 	/* fp16 storage: one rounding of 2^-11 relative, the fp32 arithmetic
 	 * before it can move a value across a rounding boundary: 1 fp16 ulp;
-	 * 4e-3 (record) */
+	 * 4e-3 (docs/numerics.md 4) */
 	check("kv_store", shape, gf, rf, NULL, nw, 4e-3, 1e-7, ELEM);
 	bool guard = true;
 	for (size_t i = 0; i < nc; i++)

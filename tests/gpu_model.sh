@@ -7,7 +7,7 @@
 #   on the tiny and the small preset: bin/x4-run --device cuda:0 greedy for 64
 #     steps (--ignore-eos --dump-logits) gives the CPU float64 reference's
 #     tokens, logits within TOL_F64, and bit-identical logits when run twice;
-#   on the loud checkpoint (x4-synth --loud 2:0:60, record section 2):
+#   on the loud checkpoint (x4-synth --loud 2:0:60, docs/numerics.md 2):
 #     x4-walk-residual --device cuda:0 --tokens 2 keeps the f32 arm finite with
 #     the CPU's fp32 top-4, and its whole table matches the CPU's within the
 #     tolerance of each arm's residual width (the plain tiny preset likewise).
@@ -29,7 +29,7 @@ trap 'rm -rf "$tmp"' EXIT
 # (2^-12 relative a value).  Measured on the H200 over these prompts (max
 # row error): the CPU fp32 trunk (the same numerics) vs float64 6.2e-4 tiny,
 # 5.4e-4 small; the GPU vs float64 6.5e-4 tiny, 5.6e-4 small.  The bound is
-# the record's fp16 tolerance, 4e-3: six times what fp16-cache arithmetic
+# the fp16 tolerance of docs/numerics.md 4, 4e-3: six times what fp16-cache arithmetic
 # shows, far below what a wrong operation gives (O(1)).
 TOL_F64=4e-3
 # Two fp32 implementations with the same fp16 cache differ by summation
@@ -38,7 +38,7 @@ TOL_F64=4e-3
 TOL_F32=1e-3
 # x4-walk-residual's table, relative per value, by the arm's residual width:
 # the numbers are printed with 4 digits (5e-4), so fp32 gets 2e-3; the
-# narrowed arms the record's tolerances, fp16 4e-3 and bf16 4e-2.
+# narrowed arms their widths' tolerances (docs/numerics.md 4), fp16 4e-3 and bf16 4e-2.
 WALK_TOL="f32=2e-3,f16=4e-3,bf16=4e-2,f64=1e-9"
 
 pass() { echo "PASS $1"; }
@@ -305,8 +305,8 @@ if [ -s "$tmp/loud.walk.gpu" ]; then
 	check loud.walk.gpu_f16_overflows_at_loud_block $([ "$ov" = 2:ffn ]; echo $?) \
 		"f16 first_fp16_overflow '$ov', want 2:ffn"
 fi
-# A model that does not fit is refused at load with the numbers (record
-# section 5), not an out-of-memory inside a request: --gpu-memory caps what
+# A model that does not fit is refused at load with the numbers
+# (docs/record.md 5), not an out-of-memory inside a request: --gpu-memory caps what
 # x4 may hold, so the refusal can be provoked on any card.
 if [ -d "$tmp/tiny" ] && [ "$DEV" != cpu ]; then
 	"$RUN" -m "$tmp/tiny" --device "$DEV" -n 1 --gpu-memory 8M >/dev/null 2>"$tmp/fit1.err"; rc=$?
@@ -328,11 +328,11 @@ if [ -d "$tmp/tiny" ] && [ "$DEV" != cpu ]; then
 		"$tmp/eager.json" "$tmp/fused.json"
 	check hc.eager_vs_fused_greedy_tokens $? "the eager and fused gates' 32 greedy tokens differ"
 fi
-# The sublayer input handed narrow (--sublayer, spec 7.3): the GPU against
+# The sublayer input handed narrow (--sublayer, docs/numerics.md 1.3): the GPU against
 # the CPU float64 trunk with the same narrowing and the same fp16 cache, over
 # the prompt's rows (a fixed 96-token prompt: no generated token enters the
 # comparison, so a narrowing that flips a near-tie cannot derail it).
-# Tolerances are the record's for the width (bf16 4e-2, fp16 4e-3), held by
+# Tolerances are the width's (docs/numerics.md 4: bf16 4e-2, fp16 4e-3), held by
 # the median row and by 90% of the rows: a narrowed input is a step function
 # of x-hat, so where two correct arithmetics land on either side of a bf16
 # rounding boundary the value moves by an ulp (0.4%) and can flip a router

@@ -5,7 +5,7 @@
  *     streams, the gate's post and comb, the experts and their weights)
  *     against the CPU fp32 trunk's, so that a failure names the first
  *     sublayer where the two part;
- *   - a second request after reset does not see the first (record section
+ *   - a second request after reset does not see the first (docs/record.md
  *     7): its logits are bit-identical to a fresh trunk's;
  *   - the same prompt twice gives bit-identical logits;
  *   - a context overflow is X4_ERANGE before any work;
@@ -29,7 +29,7 @@
  * summation order (errors of a few 2^-24 per product) and the same fp16
  * cache, except where a value sits on an fp16 rounding boundary and moves
  * one fp16 ulp (2^-11 relative); through 4 blocks that stays far below the
- * record's fp16 tolerance 4e-3, so 1e-3 (relative to the largest value) is
+ * fp16 tolerance 4e-3 of docs/numerics.md 4, so 1e-3 (relative to the largest value) is
  * the bound for every comparison between two fp32 paths. */
 #define TOL_FP32_PATHS 1e-3
 
@@ -167,7 +167,7 @@ static void parity_by_sublayer(const x4_model *m, const int32_t *ids)
 	     "first sublayer past %g (or with other experts): block %d %s (see the '#' lines)",
 	     TOL_FP32_PATHS, first_bad < 0 ? -1 : cpu.rows[first_bad].block,
 	     first_bad < 0 ? "-" : cpu.rows[first_bad].sublayer ? "ffn" : "attn");
-	/* The routed weights are normalised and scaled (spec 6.7). */
+	/* The routed weights are normalised and scaled (docs/forward.md 7.2). */
 	bool wsum = true;
 	for (int i = 0; i < gpu.n; i++) {
 		if (!gpu.rows[i].moe || !c->expert_norm)
@@ -230,7 +230,7 @@ int main(int argc, char **argv)
 	       "prefill chunk %d\n", st.device, st.resident_bytes / 1048576.0, st.load_s,
 	       st.cache_bytes / 1048576.0, st.max_ctx, st.prefill_chunk);
 
-	/* Record section 7: prompt A and some decode steps, reset, then prompt
+	/* docs/record.md 7: prompt A and some decode steps, reset, then prompt
 	 * B must give exactly a fresh trunk's logits for B. */
 	bool ok = fwd(t, a, N_A, NULL, false);
 	for (int i = 0; ok && i < 5; i++)

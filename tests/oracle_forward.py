@@ -1,7 +1,7 @@
-"""Oracle: x4's fp32 CPU logits against a float64 numpy reference written from the spec alone.
+"""Oracle: x4's fp32 CPU logits against a float64 numpy reference written from docs/forward.md alone.
 
 Checks (one PASS/FAIL line each):
-  dequant <type>      gguf's dequantizer equals the spec 6.1 block formulas, bit for bit
+  dequant <type>      gguf's dequantizer equals the docs/gguf.md 3 block formulas, bit for bit
   absorbed            the reference's absorbed and expanded MLA forms agree to 1e-12
   x4 <model> relerr   every logits row of `x4-run --dump-logits` is within 1e-4 (relative L2)
   x4 <model> argmax   every row has the reference's argmax (near-ties reported, not failed)
@@ -29,7 +29,7 @@ N_PROMPT, N_GEN = 32, 16
 # The issue's bound, for x4's fp32 arithmetic against this float64 reference with both caches
 # exact (x4-run --kv-cache exact, reference kv="f64").
 REL_TOL = 1e-4
-# With the spec's fp16 cache on both sides, the two round values that differ by fp32-vs-float64
+# With the fp16 cache (docs/numerics.md 1.7) on both sides, the two round values that differ by fp32-vs-float64
 # noise to fp16; a value near a rounding boundary can land on either neighbour, a jump of one
 # fp16 ulp (2^-11 relative, 4.9e-4), so agreement is bounded by that and not by the arithmetic:
 # measured 7e-5..1.6e-4. The default (fp16) path is checked at this looser bound plus argmax.

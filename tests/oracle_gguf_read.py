@@ -5,10 +5,10 @@ Checks, from the tree's root, with the built bin/x4-synth and bin/x4-inspect:
     (arrays: element type, count and the first elements);
   * the same tensors in the same order with the same shapes, types, sizes and offsets;
   * the raw bytes of a few tensors, read at x4-inspect's offsets, equal GGUFReader's;
-  * the weights, dequantized by gguf's own decoders, have the scales spec section 6 asks
+  * the weights, dequantized by gguf's own decoders, have the scales docs/forward.md 10.9 asks
     of the synthetic writer (per-weight std about 1/sqrt(K) for a matrix fed a normalised
-    input; BF16 attention inside the fp16 normal range, spec 7.9; RMS gains near 1).
-Written from the spec and the GGUF format notes, not from x4's C code.
+    input; BF16 attention inside the fp16 normal range, docs/numerics.md 1.9; RMS gains near 1).
+Written from the descriptions in docs/forward.md and docs/gguf.md, not from x4's C code.
 Prints PASS/FAIL lines.
 """
 import json
@@ -120,7 +120,7 @@ def run(synth, inspect, tmp):
 				bad.append(f"{m['key']}: {m['value']!r} vs {v!r}")
 	check("keys_same_types_and_values", not bad, "; ".join(bad[:5]))
 
-	# spec section 5's keys, as the gguf package reads them
+	# the keys of docs/gguf.md 4, as the gguf package reads them
 	want = {
 		"general.architecture": "xing4_0", "general.file_type": 25,
 		"general.quantization_version": 2, "general.alignment": 32,

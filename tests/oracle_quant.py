@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """oracle_quant.py - x4's block formats against the gguf package.
 
-Written from spec/gguf-formats.md section 2 and the gguf package's API, not
+Written from the block formats of docs/gguf.md 3 and the gguf package's API, not
 from x4's C code.  For each type x4 dequantizes, random valid blocks (random
 bytes, with every fp16 scale field set to a finite value) go through
 build/tests/helper_quant and through gguf.quants.dequantize; the float32

@@ -1,6 +1,6 @@
 /*
  * test_layout.c - the presets and the tensor list they imply, against the
- * audit's figures for the released checkpoint (spec sections 3, 4 and 8),
+ * released checkpoint's figures (docs/gguf.md 5, docs/record.md 1),
  * and x4_config_read over a file x4_config_write wrote.
  */
 #include "x4.h"
@@ -81,7 +81,7 @@ static void test_full(void)
 		}
 	T_OK(n40 == 24 && hc40 == 0, "layout_full_nextn_block", "%d tensors, %d hc_*", n40, hc40);
 
-	/* Spot shapes straight from the spec's tables. */
+	/* Spot shapes straight from the tables of docs/gguf.md 5. */
 	const x4_tensor_spec *s = find(t, n, "blk.7.attn_k_b.weight");
 	T_OK(s && s->type == X4_T_BF16 && s->n_dims == 3 && s->ne[0] == 128 && s->ne[1] == 512 &&
 	     s->ne[2] == 32, "layout_full_k_b_shape", "%s", s ? "wrong" : "missing");

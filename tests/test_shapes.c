@@ -232,7 +232,7 @@ static void run_variant(const struct variant *v)
 	unlink(path);
 }
 
-/* A trunk of dense blocks only still has an MoE NextN block (spec 4.5):
+/* A trunk of dense blocks only still has an MoE NextN block (docs/gguf.md 5.6):
  * expert_count 0 must be refused naming the key, not reported later as a
  * tensor shape that "is not a multiple" of a block. */
 static void test_zero_experts(void)

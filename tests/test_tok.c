@@ -1,7 +1,7 @@
 /*
  * test_tok.c - the tokenizer and the chat format: Xing4's vocabulary, known
- * encodings, round trips, streaming decode, special pieces, the record's
- * two-turn chat example id for id, and the GGUF route.  The corpus-wide
+ * encodings, round trips, streaming decode, special pieces, the two-turn
+ * chat example of docs/record.md 7 id for id, and the GGUF route.  The corpus-wide
  * comparison with the sentencepiece package is tests/oracle_tok.py.
  */
 #include "t.h"
@@ -269,10 +269,10 @@ static void test_chat(void)
 	if (rc)
 		return;
 	/* Pinned with this vocabulary: <_system> <_user> What ▁is ▁the ▁capital
-	 * ▁of ▁France ? <_bot> are shared (10, as the record counts for the
-	 * released tokenizer); turn 1 is 12 ids (+ <think> <0x0A>), turn 2 is
-	 * 23: "Paris." without a dummy prefix is Par is . (the record's
-	 * released tokenizer: 24). */
+	 * ▁of ▁France ? <_bot> are shared (10, as docs/record.md 7 counts for
+	 * the released tokenizer); turn 1 is 12 ids (+ <think> <0x0A>), turn 2
+	 * is 23: "Paris." without a dummy prefix is Par is . (the released
+	 * tokenizer, docs/record.md 7: 24). */
 	size_t k = 0;
 	while (k < na && k < nb && a[k] == b[k])
 		k++;

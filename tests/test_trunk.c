@@ -1,5 +1,5 @@
 /*
- * test_trunk.c - the CPU trunk: its pieces against the spec's numbers and
+ * test_trunk.c - the CPU trunk: its pieces against the numbers of docs/forward.md and
  * hand-computed cases, then the whole forward on the tiny checkpoint (F32
  * against F64, thread counts, prefill against decode, reset, the context
  * check) and the sampler.
@@ -325,7 +325,7 @@ static void test_model_trunk(void)
 
 	/* F64 drives: prompt, then 16 greedy steps; F32 fed the same ids.  Two
 	 * pairs: both caches exact (the arithmetic alone), and both holding
-	 * the spec's fp16 values (F32's default; F64 told so). */
+	 * fp16 values (docs/numerics.md 1.7; F32's default; F64 told so). */
 	x4_trunk *t64 = NULL, *t32 = NULL;
 	int rc = 0;
 	for (int pass = 0; pass < 2; pass++) {
@@ -365,7 +365,7 @@ static void test_model_trunk(void)
 		printf("# %s: max rel err %.3g; argmax agrees at %d of %d positions\n", name, worst,
 		       agree, NP + ND);
 	}
-	/* For the record: the default F32 trunk (fp16 cache) against the
+	/* Reported too: the default F32 trunk (fp16 cache) against the
 	 * default F64 one (exact cache). */
 	{
 		x4_trunk *r64 = mk(m, X4_PREC_F64, 2, 128, X4_RESID_F32);
@@ -409,7 +409,7 @@ static void test_model_trunk(void)
 	T_OK(rc == 0 && memcmp(lx, ly, sizeof(float) * (size_t)V * (NP + ND)) == 0,
 	     "same prompt twice bit-identical", "rc %d", rc);
 
-	/* Reset, then a shorter prompt: equal to a fresh trunk (record 7). */
+	/* Reset, then a shorter prompt: equal to a fresh trunk (docs/record.md 7). */
 	x4_trunk_reset(t2);
 	rc = x4_trunk_forward(t2, ids + 5, 9, lx, false, &e);
 	x4_trunk *tf = mk(m, X4_PREC_F32, 2, 128, X4_RESID_F32);
@@ -451,9 +451,9 @@ static void test_model_trunk(void)
 	     "rel err f16 %.3g bf16 %.3g", rh, rb);
 	printf("# residual f16 vs f32 rel err %.3g, bf16 %.3g\n", rh, rb);
 
-	/* The sublayer input handed narrow (spec 7.3, --sublayer): the same
+	/* The sublayer input handed narrow (docs/numerics.md 1.3, --sublayer): the same
 	 * narrowing under f32 and f64 arithmetic agrees within the width's
-	 * tolerance (record: fp16 4e-3, bf16 4e-2; measured 9e-4 and 4e-3 on
+	 * tolerance (docs/numerics.md 4: fp16 4e-3, bf16 4e-2; measured 9e-4 and 4e-3 on
 	 * tiny: the two round x-hat values near a boundary differently), and
 	 * the narrowing is really applied (the logits move). */
 	const int subs[2] = { X4_SUB_BF16, X4_SUB_F16 };

@@ -122,7 +122,7 @@ check run.help $((rc != 0 || ok != 0)) "exit $rc"
 grep -q 'commit .*CUDA runtime' "$tmp/out"; ok=$?
 check run.version $((rc != 0 || ok != 0)) "exit $rc: $(cat "$tmp/out")"
 
-# A residual that overflows (the record's fp16 failure on a loud expert) is
+# A residual that overflows (the fp16 failure on a loud expert, docs/numerics.md 2) is
 # one clear error and exit 1, never text generated from NaN logits; a dump
 # in progress is not left behind.
 "${RUN%/*}/x4-synth" --preset tiny --seed 1 --loud 2:0:60 -o "$tmp/loud" >/dev/null 2>&1

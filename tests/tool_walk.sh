@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tool_walk.sh - the design record's section 2 story on a synthetic loud
+# tool_walk.sh - the story of docs/numerics.md 2 on a synthetic loud
 # checkpoint: bin/x4-walk-residual --tokens 2 must show the fp16 residual
 # going non-finite after the loud block while fp32 stays finite with the
 # float64 run's top-4, and --replay must find the magnitude in the weights.

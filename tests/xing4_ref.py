@@ -1,22 +1,24 @@
 """Float64 numpy reference of the Xing4.0 forward pass.
 
-Written from ../shared/spec/xing4-forward.md (sections 4 to 7) and nothing else: no line of x4's
-C code informed it, which is what makes it an oracle.  It reads a `xing4_0` GGUF with the `gguf`
-package, takes every dimension from the file's own keys and dequantizes the stored bytes with
-`gguf.quants.dequantize` (the model is defined by the stored bytes, spec 6.1).
+Written from the model's description (now docs/gguf.md 4 and 5, docs/forward.md and
+docs/numerics.md 1) and nothing else: no line of x4's C code informed it, which is what makes it
+an oracle.  It reads a `xing4_0` GGUF with the `gguf` package, takes every dimension from the
+file's own keys and dequantizes the stored bytes with `gguf.quants.dequantize` (the model is
+defined by the stored bytes, docs/forward.md 3.3).
 
-Arithmetic is float64 throughout except where the spec pins an fp32 step: the RoPE angle is
-fl32(fl32(p) * fl32(omega_i)) (spec 6.5, [chosen] 3).  The latent KV cache precision is a
-parameter: 'f16' rounds each 576-wide cache row to float16 when it is written (what x4's fp32
-trunk does, spec 7.7), 'f64' keeps it exact.
+Arithmetic is float64 throughout except where the description pins an fp32 step: the RoPE angle
+is fl32(fl32(p) * fl32(omega_i)) (docs/forward.md 6.2 and 10.3).  The latent KV cache precision
+is a parameter: 'f16' rounds each 576-wide cache row to float16 when it is written (what x4's
+fp32 trunk does, docs/numerics.md 1.7), 'f64' keeps it exact.
 
 Tokens are processed one at a time (decode); prefill of a prompt is the same arithmetic.  MLA
 runs in the non-absorbed form by default (k_n and v expanded per head from the cached latent);
-`absorbed=True` re-associates it as spec 6.5's absorbed form, for a self-consistency check.
+`absorbed=True` re-associates it as the absorbed form of docs/forward.md 6.4, for a
+self-consistency check.
 
-Also here: decoders for IQ4_NL, Q6_K and BF16 written from spec 6.1 (to check the `gguf` package's
-dequantizer against the spec), and `write_synthetic`, a small random `xing4_0` file for when no
-tiny preset has been written yet.
+Also here: decoders for IQ4_NL, Q6_K and BF16 written from docs/gguf.md 3 (to check the `gguf`
+package's dequantizer against those formulas), and `write_synthetic`, a small random `xing4_0`
+file for when no tiny preset has been written yet.
 """
 import math
 
@@ -76,7 +78,7 @@ class Hparams:
         self.n_hc = int(k("hyper_connection.count"))
         self.sk_iters = int(k("hyper_connection.sinkhorn_iterations"))
         self.hc_eps = float(k("hyper_connection.epsilon"))
-        # The release has no clamp key; the runtime and this reference default to +-30 ([chosen] 1).
+        # The release has no clamp key; the runtime and this reference default to +-30 (docs/forward.md 10.1).
         self.clamp_min = float(k("hyper_connection.clamp_min", -30.0))
         self.clamp_max = float(k("hyper_connection.clamp_max", 30.0))
         if self.gating not in (1, 2):
@@ -84,7 +86,7 @@ class Hparams:
 
 
 def rope_omegas(hp):
-    """YaRN frequencies omega_i (spec 6.5) rounded to fp32, for i < d_r/2."""
+    """YaRN frequencies omega_i (docs/forward.md 6.2) rounded to fp32, for i < d_r/2."""
     dim, base = hp.d_r, hp.rope_base
     i = np.arange(dim // 2, dtype=np.float64)
     omega = base ** (-2.0 * i / dim)
@@ -129,7 +131,7 @@ def silu(z):
 
 
 class Xing4Ref:
-    """The forward pass of spec section 6 for one sequence, one token per `step`."""
+    """The forward pass of docs/forward.md for one sequence, one token per `step`."""
 
     def __init__(self, path, kv="f16", absorbed=False):
         if kv not in ("f16", "f64"):
@@ -258,7 +260,7 @@ class Xing4Ref:
         order = np.argsort(-sel, kind="stable")  # stable: on an exact tie the lower index wins
         if hp.top_k < hp.E:
             self.min_margin = min(self.min_margin, sel[order[hp.top_k - 1]] - sel[order[hp.top_k]])
-        top = np.sort(order[:hp.top_k])  # summed in ascending expert id ([chosen] 5)
+        top = np.sort(order[:hp.top_k])  # summed in ascending expert id (docs/forward.md 10.5)
         w = g[top]
         if hp.w_norm:
             w = w / (w.sum() + 1e-20)
@@ -300,7 +302,7 @@ class Xing4Ref:
         return np.stack([self.step(int(v)) for v in tokens])
 
 
-# -- block decoders written from spec 6.1 (to check gguf's dequantizer against the spec) ------
+# -- block decoders written from docs/gguf.md 3 (to check gguf's dequantizer against them) ------
 IQ4NL_K = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113],
            dtype=np.float64)
 

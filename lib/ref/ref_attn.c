@@ -1,5 +1,5 @@
 /*
- * ref_attn.c - plain-C references of the MLA pieces (spec 6.5): RoPE, the
+ * ref_attn.c - plain-C references of the MLA pieces (docs/forward.md 6): RoPE, the
  * cache row, the two per-head BF16 products and the absorbed attention, in
  * double.  The attention spreads (token, head) pairs over the CPUs because
  * a 32768-row context would take seconds on one.
@@ -9,7 +9,7 @@
 
 #include <math.h>
 
-/* fl32(fl32(p) * omega), then cos/sin in double (spec 6.5's [chosen] rule). */
+/* fl32(fl32(p) * omega), then cos/sin in double (docs/forward.md 10.3). */
 static void rope_pair(float a, float b, int p, float omega, double *oa, double *ob)
 {
 	float th = (float)p * omega;

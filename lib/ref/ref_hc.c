@@ -1,6 +1,6 @@
 /*
  * ref_hc.c - plain-C references of the hyper-connection gate and the stream
- * update (spec 6.3, 6.4), in double, for x4k_hc_pre and x4k_hc_post.
+ * update (docs/forward.md 5.1, 5.2), in double, for x4k_hc_pre and x4k_hc_post.
  */
 #include "x4_int.h"
 #include "x4_kern.h"
@@ -9,7 +9,7 @@
 
 static double sigmoid(double z) { return 1.0 / (1.0 + exp(-z)); }
 
-/* Spec 6.4 A4/F4 for one token: out[d] = post[d] * y + sum_s C[d][s] H[s]. */
+/* docs/forward.md 5.2 A4/F4 for one token: out[d] = post[d] * y + sum_s C[d][s] H[s]. */
 static void update(int n, int D, const float *coef, const float *y, const float *H, double *out)
 {
 	for (int d = 0; d < n; d++)

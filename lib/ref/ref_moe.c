@@ -1,7 +1,8 @@
 /*
- * ref_moe.c - the plain-C references of the MoE (spec 6.7; x4_kern.h
- * section 3): the router and the routed experts, in double.  The experts
- * are walked in ascending id, which is the order spec 6.7 sums them in.
+ * ref_moe.c - the plain-C references of the MoE (docs/forward.md 7.2, 7.3;
+ * x4_kern.h section 3): the router and the routed experts, in double.  The
+ * experts are walked in ascending id, the order docs/forward.md 7.3 sums
+ * them in.
  */
 #include "x4_int.h"
 #include "x4_kern.h"
