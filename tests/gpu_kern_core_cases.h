@@ -97,6 +97,30 @@ static void norm_case(int n_tok, int n, int ld, bool gain, uint64_t sd, bool tim
 	free(rc_);
 }
 
+/* y = x: every value is read before any is written. */
+static void norm_inplace_case(int n_tok, int n, uint64_t sd)
+{
+	char shape[128];
+	snprintf(shape, sizeof shape, "rows %d n %d in place", n_tok, n);
+	seed(sd);
+	size_t ny = (size_t)n_tok * n;
+	float *x = fvec(ny, -3, 3), *g = fvec((size_t)n, 0.5f, 1.5f);
+	float *ref = hmalloc(ny * 4), *got = hmalloc(ny * 4);
+	x4r_rmsnorm(n_tok, n, x, n, g, 1e-6f, ref, n);
+	float *dx = dput(x, ny * 4), *dg = dput(g, (size_t)n * 4);
+	int rc = x4k_rmsnorm(n_tok, n, dx, n, dg, 1e-6f, dx, n, st, &err);
+	dget(got, dx, ny * 4);
+	T_OK(rc == 0, "rmsnorm in place launch", "%s: %s", shape, err.msg);
+	/* fp32, as norm_case: 1e-5 relative */
+	check("rmsnorm in place", shape, got, ref, NULL, ny, 1e-5, 1e-30, ELEM);
+	x4_dev_free(dx);
+	x4_dev_free(dg);
+	free(x);
+	free(g);
+	free(ref);
+	free(got);
+}
+
 static void head_case(int n_tok, int n_hc, int D, uint64_t sd, bool time)
 {
 	char shape[128];
@@ -134,6 +158,11 @@ static void test_norms(void)
 	norm_case(1, full.n_embd, full.n_embd, true, 23, true);
 	norm_case(64, full.n_embd, full.n_embd, true, 24, false);
 	norm_case(8, full.q_lora, full.q_lora, true, 25, false);
+	norm_case(2, 16384, 16384, true, 26, false); /* the widest row held in registers */
+	norm_case(3, 5001, 5003, true, 27, false);   /* scalar loads, two a thread */
+	norm_case(2, 16388, 16388, true, 28, false); /* past the registers: the plain loop */
+	norm_inplace_case(1, full.q_lora, 29);        /* y = x, as the trunk's c_q norm */
+	norm_inplace_case(3, 97, 30);
 	head_case(3, 4, 95, 31, false);
 	head_case(1, full.n_hc, full.n_embd, 32, true);
 	head_case(16, full.n_hc, full.n_embd, 33, false);
