@@ -181,6 +181,18 @@ static void run_product(const char *label, struct pcase c, uint64_t seed, int ch
 	}
 	float *y = xmalloc((size_t)c.t * c.n * 4);
 	down(y, dy, (size_t)c.t * c.n * 4);
+	if (c.t == 1) { /* a fixed reduction order: the same bits on a second run */
+		float *y2 = xmalloc((size_t)c.n * 4);
+		poison(dy, (size_t)c.n * 4);
+		int rc2 = x4k_gemv(c.type, dw, c.n, c.k, dx, dy, st, &err);
+		if (!rc2)
+			down(y2, dy, (size_t)c.n * 4);
+		char nm[96];
+		snprintf(nm, sizeof nm, "%s bit-identical rerun", name);
+		T_OK(!rc2 && !memcmp(y, y2, (size_t)c.n * 4), nm, "%s: %s", cas,
+		     rc2 ? err.msg : "outputs differ");
+		free(y2);
+	}
 	/* The reference on every token, or on check_tok of them (the first, the
 	 * last, both sides of the 64-token tile edge, and some between) when
 	 * the double loops would take too long; NaN is checked everywhere. */
@@ -786,6 +798,10 @@ int main(void)
 		{ X4_T_IQ4_NL, 70, 1184, 67 }, { X4_T_Q6_K, 7, 256, 1 }, { X4_T_Q6_K, 7, 1280, 1 },
 		{ X4_T_Q6_K, 70, 1280, 3 }, { X4_T_Q6_K, 7, 256, 67 }, { X4_T_BF16, 7, 13, 1 },
 		{ X4_T_BF16, 7, 1031, 1 }, { X4_T_BF16, 70, 13, 3 }, { X4_T_BF16, 70, 1031, 67 },
+		/* the BF16 split-K path (k % 8 == 0): a partial unit, a ragged
+		 * last unit over 4 and 8 warps, partial row groups at R 1 and 4 */
+		{ X4_T_BF16, 7, 200, 1 }, { X4_T_BF16, 13, 1032, 1 }, { X4_T_BF16, 37, 2312, 1 },
+		{ X4_T_BF16, 1000, 776, 1 }, { X4_T_BF16, 2111, 96, 1 }, { X4_T_BF16, 1061, 2048, 1 },
 	};
 	for (size_t i = 0; i < X4_ARRAY_LEN(tiny); i++)
 		run_product("tiny", tiny[i], 1000 + i, 0);
@@ -809,6 +825,7 @@ int main(void)
 	const struct pcase big[] = {
 		{ X4_T_IQ4_NL, 9216, 3584, 512 }, { X4_T_IQ4_NL, 3584, 9216, 512 },
 		{ X4_T_BF16, 3584, 4096, 512 }, { X4_T_Q6_K, 131072, 3584, 64 },
+		{ X4_T_BF16, 16384, 9216, 1 }, /* the BF16 gemv past the model: 3 load batches a warp */
 	};
 	for (size_t i = 0; i < X4_ARRAY_LEN(big); i++)
 		run_product("largest", big[i], 4000 + i, 8);
