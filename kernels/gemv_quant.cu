@@ -68,6 +68,36 @@ __device__ __forceinline__ float dot8_bf16(uint4 w, float4 xa, float4 xb, float 
 	return __fmaf_rn(d.y, xb.w, acc);
 }
 
+/* A finite float made from a loaded word (its sign and exponent cleared). */
+__device__ __forceinline__ float finite_of(uint32_t u) { return __uint_as_float(u & 0x007fffffu); }
+
+/* Makes every product of a batch wait for every load of it.  Left alone,
+ * the compiler puts each product right after its own load, so a lane's
+ * loads go one dependent round at a time; here z = +0 is formed from one
+ * word of every load and added to x, which changes no value (x + 0 = x,
+ * up to the sign of a zero) but gives each product all the loads as
+ * inputs, so they are all issued first. */
+template <int NB, int R>
+__device__ __forceinline__ void load_fence(const uint4 (&wq)[NB][R], float4 (&xa)[NB], float4 (&xb)[NB])
+{
+	float z = 0.f;
+#pragma unroll
+	for (int b = 0; b < NB; b++) {
+		z = __fmaf_rn(finite_of(__float_as_uint(xa[b].x)), 0.f, z);
+		z = __fmaf_rn(finite_of(__float_as_uint(xb[b].x)), 0.f, z);
+#pragma unroll
+		for (int r = 0; r < R; r++)
+			z = __fmaf_rn(finite_of(wq[b][r].w), 0.f, z);
+	}
+#pragma unroll
+	for (int b = 0; b < NB; b++) {
+		xa[b].x = __fadd_rn(xa[b].x, z), xa[b].y = __fadd_rn(xa[b].y, z);
+		xa[b].z = __fadd_rn(xa[b].z, z), xa[b].w = __fadd_rn(xa[b].w, z);
+		xb[b].x = __fadd_rn(xb[b].x, z), xb[b].y = __fadd_rn(xb[b].y, z);
+		xb[b].z = __fadd_rn(xb[b].z, z), xb[b].w = __fadd_rn(xb[b].w, z);
+	}
+}
+
 template <int R, int NB>
 __global__ void __launch_bounds__(GEMV_WARPS * 32)
 gemv_bf16_kernel(const uint4 *__restrict__ w, int n, int k, int wkl, const float4 *__restrict__ x,
@@ -111,6 +141,7 @@ gemv_bf16_kernel(const uint4 *__restrict__ w, int n, int k, int wkl, const float
 			for (int r = 0; r < R; r++)
 				wq[b][r] = __ldcs(wr[r] + c8[b]);
 		}
+		load_fence<NB, R>(wq, xa, xb);
 #pragma unroll
 		for (int b = 0; b < NB; b++)
 			if (!ok[b]) {
