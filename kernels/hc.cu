@@ -329,14 +329,14 @@ hc_split_kernel(x4k_hc_cfg c, const float *H, const uint16_t *__restrict__ fn,
 	float *mine = part + ((size_t)tok * nb + blockIdx.x) * NR;
 	if (tid < NR)
 		mine[tid] = s_red[tid];
-	__threadfence(); /* the partial and Ho are visible before the count says so */
+	x4c::fence_acq_rel_gpu(); /* the partial and Ho are visible before the count says so */
 	__syncthreads();
 	if (tid == 0)
 		s_last = atomicAdd(&count[tok], 1u) == (unsigned)(nb - 1);
 	__syncthreads();
 	if (!s_last)
 		return;
-	__threadfence();
+	x4c::fence_acq_rel_gpu();
 
 	/* 4. the last block: the partials summed a warp a value, lane-strided
 	 * in block order and then one shuffle tree, so the bits do not depend
