@@ -12,6 +12,11 @@
  * the BF16 products ran near 1 TB/s, a warp a row, one row's chunks one
  * dependent round at a time.
  *
+ * IQ4_NL with k % 256 == 0 and 16-byte aligned w and x takes
+ * gemv_iq4_kernel: a lane an 8-block group of one or two rows, loaded in
+ * one round into registers and decoded without int-to-float conversions
+ * (quant_dev.cuh), a row's groups added in order through shared memory.
+ *
  * Everything else takes gemv_kernel: a warp per row, eight rows a block;
  * the row's bytes are staged through shared memory with 16-byte loads and
  * the x vector is held there in 1024-value chunks (quant_dev.cuh).
@@ -201,6 +206,65 @@ static bool gemv_bf16_launch(const void *w, int n, int k, const float *x, float 
 	return true;
 }
 
+/* ---- IQ4_NL, the register core (quant_dev.cuh) ----
+ * Block: IQ_THREADS lanes = S row sets x NG groups (NG = k / 256, S =
+ * IQ_THREADS / NG; lanes past S NG idle), a row set R rows sharing x.  A
+ * lane's partial for each of its rows goes to shared memory; a thread a
+ * row then adds the row's NG partials in group order. */
+template <int R>
+__global__ void __launch_bounds__(IQ_THREADS)
+gemv_iq4_kernel(const uint8_t *__restrict__ w, int n, int k, const float4 *__restrict__ x,
+		float *__restrict__ y)
+{
+	__shared__ float part[IQ_THREADS * R]; /* [row of the block][group] */
+	const int NG = k / 256, S = IQ_THREADS / NG, t = threadIdx.x;
+	const int s = t / NG, g = t % NG;
+	const size_t rb = (size_t)(k / 32) * 18;
+	if (s < S) {
+		const int row0 = blockIdx.x * S * R + s * R;
+		const uint4 *wp[R];
+#pragma unroll
+		for (int r = 0; r < R; r++) /* clamped into the matrix; never written */
+			wp[r] = reinterpret_cast<const uint4 *>(w + (size_t)min(row0 + r, n - 1) * rb + 144 * g);
+		float acc[R];
+#pragma unroll
+		for (int r = 0; r < R; r++)
+			acc[r] = 0.f;
+		iq4_group_dot<R>(wp, x + 64 * g, acc);
+#pragma unroll
+		for (int r = 0; r < R; r++)
+			part[(s * R + r) * NG + g] = acc[r];
+	}
+	__syncthreads();
+	if (t < S * R) {
+		const int row = blockIdx.x * S * R + t;
+		if (row < n) {
+			float v = part[t * NG];
+			for (int q = 1; q < NG; q++)
+				v = __fadd_rn(v, part[t * NG + q]);
+			y[row] = v;
+		}
+	}
+}
+
+/* R 2 (two rows share x) when that still leaves two blocks an SM of the
+ * H200's 132, else 1. */
+static bool gemv_iq4_launch(const void *w, int n, int k, const float *x, float *y, cudaStream_t s)
+{
+	if (k % 256 || k / 256 > IQ_THREADS || ((uintptr_t)w & 15) || ((uintptr_t)x & 15))
+		return false;
+	const int S = IQ_THREADS / (k / 256);
+	const int R = n / (2 * S) >= 264 ? 2 : 1;
+	const unsigned blocks = (unsigned)((n + S * R - 1) / (S * R));
+	const uint8_t *wb = static_cast<const uint8_t *>(w);
+	const float4 *x4 = reinterpret_cast<const float4 *>(x);
+	if (R == 2)
+		gemv_iq4_kernel<2><<<blocks, IQ_THREADS, 0, s>>>(wb, n, k, x4, y);
+	else
+		gemv_iq4_kernel<1><<<blocks, IQ_THREADS, 0, s>>>(wb, n, k, x4, y);
+	return true;
+}
+
 extern "C" int x4k_gemv(int type, const void *w, int n, int k, const float *x, float *y,
 			cudaStream_t s, x4_err *e)
 {
@@ -215,7 +279,8 @@ extern "C" int x4k_gemv(int type, const void *w, int n, int k, const float *x, f
 	const uint8_t *wb = static_cast<const uint8_t *>(w);
 	switch (type) {
 	case X4_T_IQ4_NL:
-		gemv_kernel<X4_T_IQ4_NL><<<grid, block, 0, s>>>(wb, n, k, x, y);
+		if (!gemv_iq4_launch(w, n, k, x, y, s))
+			gemv_kernel<X4_T_IQ4_NL><<<grid, block, 0, s>>>(wb, n, k, x, y);
 		break;
 	case X4_T_Q6_K:
 		gemv_kernel<X4_T_Q6_K><<<grid, block, 0, s>>>(wb, n, k, x, y);

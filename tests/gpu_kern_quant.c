@@ -680,6 +680,11 @@ static void test_moe(void)
 	test_experts("tiny", &tiny, 70, 3, 4, 2, 65);
 	moe_w_free(&tiny);
 
+	struct moe_w small; /* one token on the register core: 2 and 3 groups a row */
+	moe_w_make(&small, 512, 768, 6, 66);
+	test_experts("small decode", &small, 1, 3, 4, -1, 67);
+	moe_w_free(&small);
+
 	moe_w_make(&full_w, 3584, 1024, 64, 71);
 	test_experts("model decode", &full_w, 1, 4, 4, -1, 72);
 	test_experts("model decode", &full_w, 2, 4, 4, 7, 73); /* a tile of 2 routes */
@@ -802,6 +807,11 @@ int main(void)
 		 * last unit over 4 and 8 warps, partial row groups at R 1 and 4 */
 		{ X4_T_BF16, 7, 200, 1 }, { X4_T_BF16, 13, 1032, 1 }, { X4_T_BF16, 37, 2312, 1 },
 		{ X4_T_BF16, 1000, 776, 1 }, { X4_T_BF16, 2111, 96, 1 }, { X4_T_BF16, 1061, 2048, 1 },
+		/* the IQ4_NL register path (k % 256 == 0): one group a row, 3 and
+		 * 9 groups with a partial last block of rows, and 128 groups (one
+		 * row set a block) at R 2 with a partial pair */
+		{ X4_T_IQ4_NL, 7, 256, 1 }, { X4_T_IQ4_NL, 37, 768, 1 }, { X4_T_IQ4_NL, 300, 2304, 1 },
+		{ X4_T_IQ4_NL, 531, 32768, 1 },
 	};
 	for (size_t i = 0; i < X4_ARRAY_LEN(tiny); i++)
 		run_product("tiny", tiny[i], 1000 + i, 0);
@@ -826,6 +836,7 @@ int main(void)
 		{ X4_T_IQ4_NL, 9216, 3584, 512 }, { X4_T_IQ4_NL, 3584, 9216, 512 },
 		{ X4_T_BF16, 3584, 4096, 512 }, { X4_T_Q6_K, 131072, 3584, 64 },
 		{ X4_T_BF16, 16384, 9216, 1 }, /* the BF16 gemv past the model: 3 load batches a warp */
+		{ X4_T_IQ4_NL, 131072, 3584, 1 }, /* the IQ4_NL gemv at the head's shape, R 2 */
 	};
 	for (size_t i = 0; i < X4_ARRAY_LEN(big); i++)
 		run_product("largest", big[i], 4000 + i, 8);
