@@ -42,7 +42,7 @@ TESTS    := $(TEST_SRC:tests/%.c=build/tests/%)
 GPU_TEST_SRC := $(wildcard tests/gpu_*.c)
 GPU_TESTS := $(if $(NVCC),$(GPU_TEST_SRC:tests/%.c=build/tests/%),)
 
-.PHONY: all tools tests test test-gpu venv fuzz clean tiny print-nvcc
+.PHONY: all tools tests test test-gpu venv fuzz clean tiny print-nvcc bench-kernels
 all: build/libx4.a $(TOOLS) tiny
 	@$(if $(NVCC),,echo "x4: nvcc not found: built the CPU parts only; skipped the CUDA kernels (kernels/*.cu) and the GPU tests")
 
@@ -80,7 +80,15 @@ build/tests/%: tests/%.c tests/t.h build/libx4.a
 # tests/helper_*.c: programs the Python oracles drive (not run on their own).
 HELPERS := $(patsubst tests/%.c,build/tests/%,$(wildcard tests/helper_*.c))
 tools: $(TOOLS)
-tests: $(TESTS) $(GPU_TESTS) $(HELPERS)
+# The kernel lab: one program an operation, old and new variants side by
+# side (bench/kernels/lab.h); bench/kernels/run.sh builds and runs them all.
+LAB_SRC := $(wildcard bench/kernels/*.cu)
+LAB := $(if $(NVCC),$(LAB_SRC:bench/kernels/%.cu=build/bench/%),)
+tests: $(TESTS) $(GPU_TESTS) $(HELPERS) $(LAB)
+bench-kernels: $(LAB)
+build/bench/%: bench/kernels/%.cu bench/kernels/lab.h build/libx4.a
+	@mkdir -p $(@D)
+	$(NVCC) $(NVFLAGS) -Ikernels -Ibench/kernels $< -o $@ build/libx4.a -lm -lpthread
 
 # The tiny checkpoint every test and the README's first command use.
 TINY := build/models/tiny/xing4_0-tiny.gguf

@@ -1,0 +1,59 @@
+/*
+ * gemv.cu - the kernel lab for the decode matrix-vector products y = W x
+ * (x4k_gemv): the staged kernel of 317feb9 (old/quant_dev_317.cuh) against
+ * the library's (new: BF16 split-K, the IQ4_NL register core, Q6_K staged)
+ * at every shape of the model's decode step, L2 flushed between
+ * repetitions.  Bytes are the weights' (x and y add under 0.2%).
+ *
+ *   make bench-kernels CUDA_ARCH=90 && build/bench/gemv [old|new|all]
+ */
+#include "lab.h"
+#include "x4_kern.h"
+#include "old/quant_dev_317.cuh"
+
+struct shape {
+	int type, n, k;
+	const char *name;
+};
+
+int main(int argc, char **argv)
+{
+	lab L;
+	lab_init(&L, argc, argv, "times x4k_gemv at the model's shapes");
+	const shape shapes[] = {
+		{ X4_T_BF16, 768, 3584, "attn_q_a" },     { X4_T_BF16, 576, 3584, "attn_kv_a_mqa" },
+		{ X4_T_BF16, 6144, 768, "attn_q_b" },     { X4_T_BF16, 3584, 4096, "attn_output" },
+		{ X4_T_BF16, 16384, 128, "k_b_as_gemv" }, { X4_T_BF16, 4096, 512, "v_b_as_gemv" },
+		{ X4_T_IQ4_NL, 1024, 3584, "shexp_gate_up" }, { X4_T_IQ4_NL, 3584, 1024, "shexp_down" },
+		{ X4_T_IQ4_NL, 9216, 3584, "dense_gate_up" }, { X4_T_IQ4_NL, 3584, 9216, "dense_down" },
+		{ X4_T_Q6_K, 131072, 3584, "output_head" },
+	};
+	x4_err e = { 0 };
+	for (const shape &sh : shapes) {
+		size_t wb = x4_type_bytes(sh.type, (uint64_t)sh.n * sh.k);
+		void *w = lab_alloc(wb);
+		if (sh.type == X4_T_BF16)
+			lab_fill_half<<<1024, 256>>>((uint16_t *)w, wb / 2, 7, false);
+		else
+			lab_bytes(w, wb, 7);
+		float *x = lab_f32((size_t)sh.k, 8), *y = (float *)lab_alloc((size_t)sh.n * 4);
+		LAB_CK(cudaDeviceSynchronize());
+		char nm[96];
+		snprintf(nm, sizeof nm, "%s_%s_%dx%d", sh.name, x4_type_name(sh.type), sh.n, sh.k);
+		if (L.run_old)
+			lab_row(&L, "gemv", "old", nm, (double)wb, lab_time_us(&L, [&] {
+					x4d_317::gemv(sh.type, w, sh.n, sh.k, x, y, L.s);
+				}));
+		if (L.run_new)
+			lab_row(&L, "gemv", "new", nm, (double)wb, lab_time_us(&L, [&] {
+					if (x4k_gemv(sh.type, w, sh.n, sh.k, x, y, L.s, &e)) {
+						fprintf(stderr, "gemv: %s\n", e.msg);
+						exit(1);
+					}
+				}));
+		LAB_CK(cudaFree(w));
+		LAB_CK(cudaFree(x));
+		LAB_CK(cudaFree(y));
+	}
+	return 0;
+}

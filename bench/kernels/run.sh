@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# bench/kernels/run.sh - build the kernel lab (bench/kernels/*.cu) and run
+# every program on the GPU, old and new variants side by side, then print
+# one summary table (old and new time, speedup, new GB/s and % of the read
+# ceiling measured in the same process).  Rows go to build/bench/lab.tsv.
+#
+#   bench/kernels/run.sh            # on the GPU machine, from the checkout
+#   CUDA_ARCH=90 is the default build arch (the H200's).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+make -s -j"$(nproc)" bench-kernels CUDA_ARCH="${CUDA_ARCH:-90}" >&2
+out=build/bench/lab.tsv
+: >"$out"
+first=1
+for p in gemv moe hc rmsnorm mla_decode; do
+	if [ $first = 1 ]; then
+		build/bench/$p all >>"$out"
+		first=0
+	else
+		build/bench/$p all | tail -n +2 >>"$out"
+	fi
+done
+echo
+printf '%-12s %-36s %10s %10s %8s %8s %6s\n' op shape old_us new_us speedup new_gbps new_pct
+awk -F'\t' 'NR > 1 {
+	key = $1 "\t" $3
+	if (!(key in seen)) { seen[key] = 1; order[n++] = key }
+	if ($2 == "old") old[key] = $5
+	if ($2 == "new") { nw[key] = $5; gb[key] = $6; pc[key] = $7 }
+}
+END {
+	for (i = 0; i < n; i++) {
+		k = order[i]; split(k, f, "\t")
+		sp = (k in old && k in nw && nw[k] > 0) ? sprintf("%.2fx", old[k] / nw[k]) : "-"
+		printf "%-12s %-36s %10s %10s %8s %8s %6s\n", f[1], f[2], old[k], nw[k], sp, gb[k], pc[k]
+	}
+}' "$out"
