@@ -97,6 +97,72 @@ router_logits_kernel(int d, int n_expert, const float *__restrict__ x, const flo
 		score[(size_t)t * n_expert + ex] = 1.f / (1.f + expf(-a));
 }
 
+/* The logits at decode sizes: a block a (expert, token), 256 threads, a
+ * thread four float4 of the row in one round (RL batches of 1024 values:
+ * d <= 12288), the block's sum in a fixed order (warp trees, then warps in
+ * order), so every expert's logit comes from the same sequence of
+ * operations and two equal weight rows give equal bits.  At 317feb9 the
+ * logits ran 16 blocks, a warp an expert walking its row 32 values a step.
+ * x and w_r rows must be 16-byte aligned (d % 4 == 0). */
+constexpr int RL_THREADS = 256, RL_VEC = 4; /* float4 a thread a batch */
+
+__global__ void __launch_bounds__(RL_THREADS)
+router_logits_wide(int d, int n_expert, const float4 *__restrict__ x, const float4 *__restrict__ w_r,
+		   float *__restrict__ score)
+{
+	__shared__ float red[RL_THREADS / 32];
+	const int ex = blockIdx.x, t = blockIdx.y, tid = threadIdx.x;
+	const int d4 = d / 4;
+	const float4 *xr = x + (size_t)t * d4, *wr = w_r + (size_t)ex * d4;
+	float a = 0.f;
+	for (int b0 = 0; b0 < d4; b0 += RL_THREADS * RL_VEC) {
+		float4 wv[RL_VEC], xv[RL_VEC];
+#pragma unroll
+		for (int j = 0; j < RL_VEC; j++) {
+			const int i = b0 + j * RL_THREADS + tid;
+			const int ic = i < d4 ? i : 0; /* unpredicated loads, then selects */
+			wv[j] = __ldg(wr + ic);
+			xv[j] = __ldg(xr + ic);
+		}
+		/* +0 from a word of every load, added to x: every product then
+		 * waits for all of the batch's loads, so they are issued together
+		 * (left alone the compiler puts each product after its own load) */
+		float z = 0.f;
+#pragma unroll
+		for (int j = 0; j < RL_VEC; j++) {
+			z = __fmaf_rn(__uint_as_float(__float_as_uint(wv[j].x) & 0x007fffffu), 0.f, z);
+			z = __fmaf_rn(__uint_as_float(__float_as_uint(xv[j].x) & 0x007fffffu), 0.f, z);
+		}
+#pragma unroll
+		for (int j = 0; j < RL_VEC; j++) {
+			const int i = b0 + j * RL_THREADS + tid;
+			xv[j].x = __fadd_rn(xv[j].x, z), xv[j].y = __fadd_rn(xv[j].y, z);
+			xv[j].z = __fadd_rn(xv[j].z, z), xv[j].w = __fadd_rn(xv[j].w, z);
+			if (i >= d4)
+				wv[j] = xv[j] = make_float4(0.f, 0.f, 0.f, 0.f);
+		}
+#pragma unroll
+		for (int j = 0; j < RL_VEC; j++) {
+			a = __fmaf_rn(wv[j].x, xv[j].x, a);
+			a = __fmaf_rn(wv[j].y, xv[j].y, a);
+			a = __fmaf_rn(wv[j].z, xv[j].z, a);
+			a = __fmaf_rn(wv[j].w, xv[j].w, a);
+		}
+	}
+#pragma unroll
+	for (int o = 16; o; o >>= 1)
+		a = __fadd_rn(a, __shfl_xor_sync(0xffffffffu, a, o));
+	if ((tid & 31) == 0)
+		red[tid >> 5] = a;
+	__syncthreads();
+	if (tid == 0) {
+		float v = red[0];
+		for (int w = 1; w < RL_THREADS / 32; w++)
+			v = __fadd_rn(v, red[w]);
+		score[(size_t)t * n_expert + ex] = 1.f / (1.f + expf(-v));
+	}
+}
+
 /* A warp a token: lane l holds experts l, l+32, ... (g + bias in
  * registers); each of the k rounds takes the warp's maximum in the order
  * (g + bias descending, index ascending), so the lower index wins an exact
@@ -175,9 +241,15 @@ extern "C" int x4k_moe_router(const x4k_moe_routes *r, const float *x, int d, co
 		return 0;
 	if (r->n_tok > 65535)
 		return x4_err_set(e, X4_EINVAL, "x4k_moe_router: %d tokens; at most 65535 a call", r->n_tok);
-	dim3 grid((r->n_expert + ROUTER_WARPS - 1) / ROUTER_WARPS, r->n_tok);
-	router_logits_kernel<<<grid, ROUTER_WARPS * 32, (size_t)d * 4, s>>>(d, r->n_expert, x, w_r,
-									   r->score);
+	if (r->n_tok <= 64 && d % 4 == 0 && !((uintptr_t)x & 15) && !((uintptr_t)w_r & 15)) {
+		router_logits_wide<<<dim3(r->n_expert, r->n_tok), RL_THREADS, 0, s>>>(
+			d, r->n_expert, reinterpret_cast<const float4 *>(x),
+			reinterpret_cast<const float4 *>(w_r), r->score);
+	} else {
+		dim3 grid((r->n_expert + ROUTER_WARPS - 1) / ROUTER_WARPS, r->n_tok);
+		router_logits_kernel<<<grid, ROUTER_WARPS * 32, (size_t)d * 4, s>>>(d, r->n_expert, x,
+										   w_r, r->score);
+	}
 	X4_CUDA_TRY(cudaGetLastError(), "x4k_moe_router: logits launch", e);
 	router_select_kernel<<<(r->n_tok + ROUTER_WARPS - 1) / ROUTER_WARPS, ROUTER_WARPS * 32, 0, s>>>(r->n_tok, r->n_expert, r->k, r->score,
 								    bias, scale, norm, r->sel, r->wts);
