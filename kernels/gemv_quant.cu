@@ -17,6 +17,10 @@
  * one round into registers and decoded without int-to-float conversions
  * (quant_dev.cuh), a row's groups added in order through shared memory.
  *
+ * Q6_K with k <= 4096 and rows of an even number of 210-byte blocks (4-byte
+ * aligned; the head's 3584 is 14) takes gemv_q6k_kernel: a warp a row staged whole in
+ * one round, x loaded once a block, the same sums as gemv_kernel.
+ *
  * Everything else takes gemv_kernel: a warp per row, eight rows a block;
  * the row's bytes are staged through shared memory with 16-byte loads and
  * the x vector is held there in 1024-value chunks (quant_dev.cuh).
@@ -265,6 +269,130 @@ static bool gemv_iq4_launch(const void *w, int n, int k, const float *x, float *
 	return true;
 }
 
+/* ---- Q6_K: a warp a row, the whole row staged in one round ----
+ * gemv_kernel walks a Q6_K row in 1024-value chunks, each behind two block
+ * barriers and an x chunk reload (x read from L2 four times a row) and a
+ * stage whose ragged 16-byte edges (a 2940-byte row is only 4-byte
+ * aligned) go byte by byte.  Here x is loaded once a block, padded as
+ * gemv_block lays it chunk by chunk, and a warp stages its whole row (k <=
+ * Q6_KMAX) with 16-byte loads and 4-byte edges, every load issued before
+ * the first store; then chunk_dot runs chunk after chunk exactly as in
+ * gemv_block, so a row's sum has the same bits as gemv_kernel's. */
+constexpr int Q6_KMAX = 4096;
+constexpr int Q6_ROWB = Q6_KMAX / 256 * 210;
+constexpr int Q6_STAGE = (Q6_ROWB + 12 + 15) / 16 * 16; /* + the misalignment (4, 8 or 12) */
+
+/* n bytes at src (4-byte aligned, n % 4 == 0, n >= 32) staged into a
+ * 16-byte aligned buffer at the same offset modulo 16: whole 16-byte lines
+ * with 16-byte loads, the words of a ragged first or last line with 4-byte
+ * loads (lanes 0-3 and 4-7).  Split in a load half and a store half so
+ * that a caller can issue every load of a block before its first store. */
+template <int MAXN> struct stage4_regs {
+	enum { IT = ((MAXN + 12 + 15) / 16 + 31) / 32 };
+	uint4 v[IT];
+	bool full[IT];
+	uint32_t ew;
+	int eb, mis;
+	bool edge;
+};
+
+template <int MAXN>
+__device__ __forceinline__ void stage4_load(stage4_regs<MAXN> &g, const uint8_t *src, int n, int lane)
+{
+	const int mis = (int)((uintptr_t)src & 15);
+	const uint4 *s4 = reinterpret_cast<const uint4 *>(src - mis);
+	const int lines = (mis + n + 15) >> 4;
+	g.mis = mis;
+#pragma unroll
+	for (int i = 0; i < stage4_regs<MAXN>::IT; i++) {
+		const int li = lane + 32 * i, lo = 16 * li;
+		g.full[i] = li < lines && lo >= mis && lo + 16 <= mis + n;
+		g.v[i] = __ldcs(s4 + (g.full[i] ? li : mis ? 1 : 0)); /* a whole line inside (n >= 32) */
+	}
+	const int eline = lane < 4 ? 0 : lines - 1;
+	g.eb = 16 * eline + 4 * (lane & 3);
+	const bool ragged = eline == 0 ? mis != 0 || n < 16 : ((mis + n) & 15) != 0;
+	g.edge = lane < 8 && (lane < 4 || lines > 1) && ragged && g.eb >= mis && g.eb + 4 <= mis + n;
+	g.ew = __ldcs(reinterpret_cast<const uint32_t *>(src - mis) + (g.edge ? g.eb / 4 : mis / 4));
+}
+
+/* A +0 made from a word of every load of g (or-ed into the stored words by
+ * stage4_store: the stores then wait for every load). */
+template <int MAXN>
+__device__ __forceinline__ float stage4_zero(const stage4_regs<MAXN> &g, float z)
+{
+	z = __fmaf_rn(__uint_as_float(g.ew & 0x007fffffu), 0.f, z);
+#pragma unroll
+	for (int i = 0; i < stage4_regs<MAXN>::IT; i++)
+		z = __fmaf_rn(__uint_as_float(g.v[i].x & 0x007fffffu), 0.f, z);
+	return z;
+}
+
+/* Returns where src's first byte landed in buf; the caller __syncwarp()s. */
+template <int MAXN>
+__device__ __forceinline__ const uint8_t *stage4_store(const stage4_regs<MAXN> &g, uint8_t *buf,
+							uint32_t zi, int lane)
+{
+#pragma unroll
+	for (int i = 0; i < stage4_regs<MAXN>::IT; i++)
+		if (g.full[i])
+			reinterpret_cast<uint4 *>(buf)[lane + 32 * i] =
+				make_uint4(g.v[i].x | zi, g.v[i].y | zi, g.v[i].z | zi, g.v[i].w | zi);
+	if (g.edge)
+		reinterpret_cast<uint32_t *>(buf)[g.eb / 4] = g.ew | zi;
+	return buf + g.mis;
+}
+
+__global__ void __launch_bounds__(GEMV_WARPS * 32)
+gemv_q6k_kernel(const uint8_t *__restrict__ w, int n, int k, const float *__restrict__ x,
+		float *__restrict__ y)
+{
+	__shared__ __align__(16) float xs[Q6_KMAX / KC * XS];
+	__shared__ __align__(16) uint8_t stg[GEMV_WARPS][Q6_STAGE];
+	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+	const int row = blockIdx.x * GEMV_WARPS + warp;
+	const size_t rb = row_bytes(X4_T_Q6_K, k);
+	/* every load first: x (k % 256 == 0, four float4 a thread) and the row */
+	constexpr int XV = Q6_KMAX / 4 / (GEMV_WARPS * 32);
+	const float4 *x4 = reinterpret_cast<const float4 *>(x);
+	float4 xv[XV];
+#pragma unroll
+	for (int j = 0; j < XV; j++) {
+		const int i = threadIdx.x + j * GEMV_WARPS * 32;
+		xv[j] = __ldg(x4 + (i < k / 4 ? i : 0));
+	}
+	stage4_regs<Q6_ROWB> g;
+	stage4_load<Q6_ROWB>(g, w + (size_t)min(row, n - 1) * rb, (int)rb, lane);
+	float z = stage4_zero<Q6_ROWB>(g, 0.f);
+#pragma unroll
+	for (int j = 0; j < XV; j++)
+		z = __fmaf_rn(__uint_as_float(__float_as_uint(xv[j].x) & 0x007fffffu), 0.f, z);
+	const uint32_t zi = __float_as_uint(z);
+	/* then the stores: x padded as gemv_block lays it chunk by chunk */
+#pragma unroll
+	for (int j = 0; j < XV; j++) {
+		const int i = threadIdx.x + j * GEMV_WARPS * 32;
+		if (i < k / 4) {
+			xs[xpad(4 * i)] = __uint_as_float(__float_as_uint(xv[j].x) | zi);
+			xs[xpad(4 * i + 1)] = __uint_as_float(__float_as_uint(xv[j].y) | zi);
+			xs[xpad(4 * i + 2)] = __uint_as_float(__float_as_uint(xv[j].z) | zi);
+			xs[xpad(4 * i + 3)] = __uint_as_float(__float_as_uint(xv[j].w) | zi);
+		}
+	}
+	const uint8_t *p = stage4_store<Q6_ROWB>(g, stg[warp], zi, lane);
+	__syncwarp();
+	__syncthreads();
+	float acc[1] = { 0.f };
+	for (int k0 = 0, c = 0; k0 < k; k0 += KC, c++)
+		chunk_dot<X4_T_Q6_K, 1>(p + row_bytes(X4_T_Q6_K, k0), k - k0 < KC ? k - k0 : KC, xs + c * XS,
+					 lane, acc);
+#pragma unroll
+	for (int o = 16; o; o >>= 1)
+		acc[0] = __fadd_rn(acc[0], __shfl_xor_sync(0xffffffffu, acc[0], o));
+	if (row < n && lane == 0)
+		y[row] = acc[0];
+}
+
 extern "C" int x4k_gemv(int type, const void *w, int n, int k, const float *x, float *y,
 			cudaStream_t s, x4_err *e)
 {
@@ -283,7 +411,11 @@ extern "C" int x4k_gemv(int type, const void *w, int n, int k, const float *x, f
 			gemv_kernel<X4_T_IQ4_NL><<<grid, block, 0, s>>>(wb, n, k, x, y);
 		break;
 	case X4_T_Q6_K:
-		gemv_kernel<X4_T_Q6_K><<<grid, block, 0, s>>>(wb, n, k, x, y);
+		if (k <= Q6_KMAX && row_bytes(X4_T_Q6_K, k) % 4 == 0 && !((uintptr_t)w & 3) &&
+		    !((uintptr_t)x & 15)) /* rows 4-byte aligned: an even count of 210-byte blocks */
+			gemv_q6k_kernel<<<grid, block, 0, s>>>(wb, n, k, x, y);
+		else
+			gemv_kernel<X4_T_Q6_K><<<grid, block, 0, s>>>(wb, n, k, x, y);
 		break;
 	default:
 		if (!gemv_bf16_launch(w, n, k, x, y, s))

@@ -812,6 +812,9 @@ int main(void)
 		 * row set a block) at R 2 with a partial pair */
 		{ X4_T_IQ4_NL, 7, 256, 1 }, { X4_T_IQ4_NL, 37, 768, 1 }, { X4_T_IQ4_NL, 300, 2304, 1 },
 		{ X4_T_IQ4_NL, 531, 32768, 1 },
+		/* the Q6_K whole-row path (an even number of blocks a row, k <=
+		 * 4096): 2, 6 and 16 blocks, partial blocks of rows */
+		{ X4_T_Q6_K, 7, 512, 1 }, { X4_T_Q6_K, 37, 1536, 1 }, { X4_T_Q6_K, 9, 4096, 1 },
 	};
 	for (size_t i = 0; i < X4_ARRAY_LEN(tiny); i++)
 		run_product("tiny", tiny[i], 1000 + i, 0);
