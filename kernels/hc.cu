@@ -15,7 +15,9 @@
  * a warp a coefficient row (the same bits whichever block is last), then
  * does the coefficients on one thread (the 4x4 in registers: NHC is a
  * template constant) while its other warps do the collapse, which needs
- * only pre.  Prefill-sized calls use one block a token (hc_fused_kernel).
+ * only pre, and then (x4k_hc_pre_norm) the sublayer's RMSNorm of x, which
+ * saves the norm's launch.  Prefill-sized calls use one block a token
+ * (hc_fused_kernel; the norm then runs as its own launch).
  *
  * The eager path does the same arithmetic in separate launches (update, RMS,
  * projection, coefficients, collapse): the lever x4-bench-abab prices.
@@ -66,6 +68,16 @@ __device__ __forceinline__ void store_vec(float *p, const float *v)
 		*p = v[0];
 }
 
+/* The sublayer's RMSNorm fused behind the collapse (x4k_hc_pre_norm): gain
+ * [D], eps, xh [n_tok][D]; red is HC_THREADS / 32 floats of shared memory.
+ * xh NULL: no norm. */
+struct hc_norm_args {
+	const float *gain = nullptr;
+	float eps = 0.f;
+	float *xh = nullptr;
+	float *red = nullptr;
+};
+
 /* Spec 6.3 steps 2-9 once the block holds the token's 24 dots and sum of
  * squares in s_tot: the coefficients on thread 0 (written to coef) while
  * warps 1.. do the collapse x = sum_s pre[s] Hsrc[s] (Hsrc was written by
@@ -75,7 +87,8 @@ template <int NHC, int VEC>
 __device__ __forceinline__ void hc_finish(const x4k_hc_cfg &c, int tok, const float *s_tot,
 					  float *s_m, float *s_pre, const float *__restrict__ base,
 					  const float *__restrict__ scale, const float *Hsrc,
-					  float *__restrict__ x, float *__restrict__ coef)
+					  float *__restrict__ x, float *__restrict__ coef,
+					  const hc_norm_args &nm = hc_norm_args())
 {
 	constexpr int NC = NHC * (2 + NHC), UNR = 4;
 	const int D = c.D, tid = threadIdx.x;
@@ -98,6 +111,7 @@ __device__ __forceinline__ void hc_finish(const x4k_hc_cfg &c, int tok, const fl
 		return;
 	}
 	const int step = ((int)blockDim.x - 32) * VEC;
+	float ss = 0.f;
 	for (int c0 = (tid - 32) * VEC; c0 < D; c0 += UNR * step) {
 		float h[UNR][NHC][VEC];
 #pragma unroll
@@ -120,7 +134,36 @@ __device__ __forceinline__ void hc_finish(const x4k_hc_cfg &c, int tok, const fl
 				xv[v] = t;
 			}
 			store_vec<VEC>(x + (size_t)tok * D + c0 + u * step, xv);
+			if (nm.xh)
+#pragma unroll
+				for (int v = 0; v < VEC; v++)
+					ss = fmaf(xv[v], xv[v], ss);
 		}
+	}
+	if (!nm.xh)
+		return;
+	/* The sublayer's RMSNorm of x (spec 6.1), fused: the collapse threads'
+	 * sums of squares in a fixed order (warp trees, then the warps in
+	 * order, over a named barrier that warp 0, busy with the Sinkhorn,
+	 * does not join), then xh = (x * inv) * gain, x re-read from this
+	 * thread's own stores. */
+	const int nt = (int)blockDim.x - 32, w1 = (tid >> 5) - 1;
+	ss = x4c::warp_sum(ss);
+	if ((tid & 31) == 0)
+		nm.red[w1] = ss;
+	asm volatile("bar.sync 1, %0;" ::"r"(nt) : "memory");
+	float t = nm.red[0];
+	for (int i = 1; i < nt / 32; i++)
+		t += nm.red[i];
+	const float ninv = 1.0f / sqrtf(t / (float)D + nm.eps);
+	for (int c0 = (tid - 32) * VEC; c0 < D; c0 += step) {
+		float xv[VEC], gv[VEC], o[VEC];
+		load_vec<VEC>(x + (size_t)tok * D + c0, xv);
+		load_vec<VEC>(nm.gain + c0, gv);
+#pragma unroll
+		for (int v = 0; v < VEC; v++)
+			o[v] = (xv[v] * ninv) * gv[v];
+		store_vec<VEC>(nm.xh + (size_t)tok * D + c0, o);
 	}
 }
 
@@ -233,10 +276,11 @@ hc_split_kernel(x4k_hc_cfg c, const float *H, const uint16_t *__restrict__ fn,
 		const float *__restrict__ base, const float *__restrict__ scale,
 		const float *__restrict__ y_prev, const float *__restrict__ coef_prev,
 		float *H_out, float *__restrict__ x, float *__restrict__ coef, float *part,
-		unsigned *count)
+		unsigned *count, const float *__restrict__ gain, float norm_eps, float *__restrict__ xh)
 {
 	constexpr int NC = NHC * (2 + NHC), NR = NC + 1, NW = HC_THREADS / 32;
 	constexpr int RPW = (NC + NW - 1) / NW; /* rows a warp */
+	__shared__ float s_nred[NW];
 	__shared__ __align__(16) float s_u[NHC][HC_CW]; /* the state at the block's columns */
 	__shared__ float s_cp[NC];
 	__shared__ float s_red[NR];
@@ -352,8 +396,10 @@ hc_split_kernel(x4k_hc_cfg c, const float *H, const uint16_t *__restrict__ fn,
 	if (tid == 0)
 		count[tok] = 0; /* ready for the next call (and a graph replay) */
 	__syncthreads();
+	hc_norm_args nm;
+	nm.gain = gain, nm.eps = norm_eps, nm.xh = xh, nm.red = s_nred;
 	hc_finish<NHC, VEC4 ? 2 : 1>(c, tok, s_tot, s_m, s_pre, base, scale, y_prev ? Ho : Ht, x,
-				     coef);
+				     coef, nm);
 }
 
 /* ---- the eager path ---- */
@@ -478,11 +524,16 @@ extern "C" size_t x4k_hc_workspace_bytes(const x4k_hc_cfg *c, int n_tok)
 	       (fused > eager ? fused : eager) * sizeof(float);
 }
 
-extern "C" int x4k_hc_pre(const x4k_hc_cfg *c, int n_tok, const float *H, const uint16_t *fn,
-			  const float *base, const float *scale, const float *y_prev,
-			  const float *coef_prev, float *H_out, float *x, float *coef, bool eager,
-			  void *ws, size_t ws_bytes, cudaStream_t st, x4_err *e)
+/* x4k_hc_pre, and x4k_hc_pre_norm when xh is not NULL: the split path
+ * fuses the norm into its last block (*normed = true), the others leave it
+ * to the caller. */
+static int hc_pre(const x4k_hc_cfg *c, int n_tok, const float *H, const uint16_t *fn,
+		  const float *base, const float *scale, const float *y_prev, const float *coef_prev,
+		  float *H_out, float *x, float *coef, bool eager, void *ws, size_t ws_bytes,
+		  const float *gain, float norm_eps, float *xh, bool *normed, cudaStream_t st,
+		  x4_err *e)
 {
+	*normed = false;
 	int rc = check_cfg(c, n_tok, "x4k_hc_pre", e);
 	if (rc)
 		return rc;
@@ -532,18 +583,19 @@ extern "C" int x4k_hc_pre(const x4k_hc_cfg *c, int n_tok, const float *H, const 
 	dim3 grid(nb, n_tok);
 	if (nb > 1) {
 		bool v4 = D % 4 == 0 && aligned(H, 8) && aligned(H_out, 8) && aligned(y_prev, 8) &&
-			  aligned(x, 8) && aligned(fn, 8);
+			  aligned(x, 8) && aligned(fn, 8) && aligned(gain, 8) && aligned(xh, 8);
 		if (v4) {
 			X4C_NHC_SWITCH(c->n_hc, NHC,
 				hc_split_kernel<NHC, true><<<grid, HC_THREADS, 0, st>>>(
 					*c, H, fn, base, scale, y_prev, coef_prev, H_out, x, coef, fws,
-					count));
+					count, gain, norm_eps, xh));
 		} else {
 			X4C_NHC_SWITCH(c->n_hc, NHC,
 				hc_split_kernel<NHC, false><<<grid, HC_THREADS, 0, st>>>(
 					*c, H, fn, base, scale, y_prev, coef_prev, H_out, x, coef, fws,
-					count));
+					count, gain, norm_eps, xh));
 		}
+		*normed = xh != nullptr;
 		return x4_cuda_launched("x4k_hc_pre: fused gate", e);
 	}
 	bool vec = D % 2 == 0 && aligned(H, 8) && aligned(H_out, 8) && aligned(y_prev, 8) &&
@@ -558,6 +610,32 @@ extern "C" int x4k_hc_pre(const x4k_hc_cfg *c, int n_tok, const float *H, const 
 				*c, H, fn, base, scale, y_prev, coef_prev, H_out, x, coef));
 	}
 	return x4_cuda_launched("x4k_hc_pre: fused gate", e);
+}
+
+extern "C" int x4k_hc_pre(const x4k_hc_cfg *c, int n_tok, const float *H, const uint16_t *fn,
+			  const float *base, const float *scale, const float *y_prev,
+			  const float *coef_prev, float *H_out, float *x, float *coef, bool eager,
+			  void *ws, size_t ws_bytes, cudaStream_t st, x4_err *e)
+{
+	bool normed;
+	return hc_pre(c, n_tok, H, fn, base, scale, y_prev, coef_prev, H_out, x, coef, eager, ws,
+		      ws_bytes, nullptr, 0.f, nullptr, &normed, st, e);
+}
+
+extern "C" int x4k_hc_pre_norm(const x4k_hc_cfg *c, int n_tok, const float *H, const uint16_t *fn,
+			       const float *base, const float *scale, const float *y_prev,
+			       const float *coef_prev, float *H_out, float *x, float *coef,
+			       const float *gain, float norm_eps, float *xh, bool eager, void *ws,
+			       size_t ws_bytes, cudaStream_t st, x4_err *e)
+{
+	if (!gain || !xh)
+		return x4_err_set(e, X4_EINVAL, "x4k_hc_pre_norm: NULL gain or output");
+	bool normed;
+	int rc = hc_pre(c, n_tok, H, fn, base, scale, y_prev, coef_prev, H_out, x, coef, eager, ws,
+			ws_bytes, gain, norm_eps, xh, &normed, st, e);
+	if (rc || normed || n_tok == 0)
+		return rc;
+	return x4k_rmsnorm(n_tok, c->D, x, c->D, gain, norm_eps, xh, c->D, st, e);
 }
 
 extern "C" int x4k_hc_post(const x4k_hc_cfg *c, int n_tok, const float *coef, const float *y,

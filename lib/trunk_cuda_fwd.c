@@ -82,16 +82,18 @@ static int narrow(const fwd *f)
 }
 
 /* Spec 6.3 for one sublayer's gate: coef and the collapse x from the
- * streams.  pend (not NULL) is the previous sublayer's coefficients, whose
- * update A4/F4 with y is applied first, in the same kernel. */
+ * streams, then the sublayer's RMSNorm (gain) of x into xh, in the gate's
+ * kernel at decode sizes.  pend (not NULL) is the previous sublayer's
+ * coefficients, whose update A4/F4 with y is applied first, in the same
+ * kernel. */
 static int gate(const fwd *f, const void *fn, const void *base, const void *scale,
-		const float *pend, float *coef)
+		const float *pend, float *coef, const float *gain)
 {
 	x4_trunk_cuda *t = f->t;
 	x4_cuda_ws *w = f->w;
-	int rc = x4k_hc_pre(&t->hc, f->T, w->H, fn, base, scale, pend ? w->y : NULL, pend,
-			    pend ? w->Hn : NULL, w->x, coef, t->o.hc_eager, w->hc_ws,
-			    w->hc_ws_bytes, f->s, f->e);
+	int rc = x4k_hc_pre_norm(&t->hc, f->T, w->H, fn, base, scale, pend ? w->y : NULL, pend,
+				 pend ? w->Hn : NULL, w->x, coef, gain, f->c->rms_eps, w->xh,
+				 t->o.hc_eager, w->hc_ws, w->hc_ws_bytes, f->s, f->e);
 	if (!rc && pend)
 		swap_streams(w);
 	return rc;
@@ -230,9 +232,8 @@ static int blocks(const fwd *f, bool observe)
 	for (int b = 0; b < c->n_block; b++) {
 		const x4_block_w *hw = &t->m->blk[b];
 		const x4_block_dev *d = &t->blk[b];
-		if ((rc = gate(f, d->hc_attn_fn, d->hc_attn_base, d->hc_attn_scale, pend, w->coef_a)) ||
-		    (rc = x4k_rmsnorm(f->T, c->n_embd, w->x, c->n_embd, d->attn_norm, c->rms_eps,
-				      w->xh, c->n_embd, f->s, f->e)) ||
+		if ((rc = gate(f, d->hc_attn_fn, d->hc_attn_base, d->hc_attn_scale, pend, w->coef_a,
+			       d->attn_norm)) ||
 		    (rc = narrow_sub(f)) || (rc = mla(f, b)))
 			return rc;
 		pend = w->coef_a;
@@ -241,9 +242,8 @@ static int blocks(const fwd *f, bool observe)
 				return rc;
 			pend = NULL;
 		}
-		if ((rc = gate(f, d->hc_ffn_fn, d->hc_ffn_base, d->hc_ffn_scale, pend, w->coef_f)) ||
-		    (rc = x4k_rmsnorm(f->T, c->n_embd, w->x, c->n_embd, d->ffn_norm, c->rms_eps,
-				      w->xh, c->n_embd, f->s, f->e)) || (rc = narrow_sub(f)))
+		if ((rc = gate(f, d->hc_ffn_fn, d->hc_ffn_base, d->hc_ffn_scale, pend, w->coef_f,
+			       d->ffn_norm)) || (rc = narrow_sub(f)))
 			return rc;
 		x4k_moe_routes r;
 		if (hw->moe)

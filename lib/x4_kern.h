@@ -181,6 +181,16 @@ int x4k_hc_pre(const x4k_hc_cfg *c, int n_tok, const float *H, const uint16_t *f
 	       const float *base, const float *scale, const float *y_prev,
 	       const float *coef_prev, float *H_out, float *x, float *coef, bool eager,
 	       void *ws, size_t ws_bytes, cudaStream_t s, x4_err *e);
+/* x4k_hc_pre followed by the sublayer's RMSNorm of its collapse: xh[t] =
+ * gain * x[t] / sqrt(mean(x[t]^2) + norm_eps) ([n_tok][D], as x4k_rmsnorm
+ * computes it; x is still written).  At decode sizes the norm runs inside
+ * the gate's last block (one launch instead of two); otherwise it is a
+ * second launch. */
+int x4k_hc_pre_norm(const x4k_hc_cfg *c, int n_tok, const float *H, const uint16_t *fn,
+		    const float *base, const float *scale, const float *y_prev,
+		    const float *coef_prev, float *H_out, float *x, float *coef, const float *gain,
+		    float norm_eps, float *xh, bool eager, void *ws, size_t ws_bytes, cudaStream_t s,
+		    x4_err *e);
 /* The stream update alone: H_out[t][d] = post[d] * y[t] + sum_s comb[d][s] *
  * H[t][s] (comb [dst][src], spec 6.4); H_out may be H. */
 int x4k_hc_post(const x4k_hc_cfg *c, int n_tok, const float *coef, const float *y,

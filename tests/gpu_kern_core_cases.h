@@ -481,8 +481,99 @@ static void hc_ws_serves_fewer(void)
 	hc_free(&d);
 }
 
+/* x4k_hc_pre_norm: the gate, then the sublayer's RMSNorm of its collapse
+ * (fused into the split gate's last block).  xh against the reference norm
+ * of the reference collapse, and against the norm of the collapse the
+ * kernel itself wrote; the same bits twice. */
+static void hc_norm_case(int n_hc, int D, int n_tok, bool eager, uint64_t sd)
+{
+	struct hc_data d;
+	hc_make(&d, n_hc, D, n_tok, 1.5f, sd);
+	size_t K = d.K, nH = K * n_tok, nx = (size_t)D * n_tok, ncf = (size_t)d.nc * n_tok;
+	char shape[160];
+	snprintf(shape, sizeof shape, "n_hc %d D %d tokens %d %s +update +norm", n_hc, D, n_tok,
+		 eager ? "eager" : "fused");
+	float *g = fvec((size_t)D, 0.5f, 1.5f);
+	float *dH = dput(d.H, nH * 4), *dy = dput(d.y, nx * 4), *dcp = dput(d.cp, ncf * 4);
+	void *dfn = dput(d.fn, (size_t)d.nc * K * 2);
+	float *dbase = dput(d.base, (size_t)d.nc * 4), *dscale = dput(d.scale, 12);
+	float *dg = dput(g, (size_t)D * 4);
+	float *dHo = dpoison(nH * 4), *dx = dpoison(nx * 4), *dcf = dpoison(ncf * 4);
+	float *dxh = dpoison(nx * 4);
+	size_t wsb = x4k_hc_workspace_bytes(&d.c, n_tok);
+	void *ws = dpoison(wsb);
+	cudaMemset(ws, 0, wsb);
+	float *rx = hmalloc(nx * 4), *rcf = hmalloc(ncf * 4), *rHo = hmalloc(nH * 4);
+	float *xmag = hmalloc(nx * 4), *rxh = hmalloc(nx * 4), *mag = hmalloc(nx * 4);
+	float *gx = hmalloc(nx * 4), *gxh = hmalloc(nx * 4), *sxh = hmalloc(nx * 4);
+	float *again = hmalloc(nx * 4);
+	x4r_hc_pre(&d.c, n_tok, d.H, d.fn, d.base, d.scale, d.y, d.cp, rHo, rx, rcf, xmag);
+	x4r_rmsnorm(n_tok, D, rx, D, g, 1e-6f, rxh, D);
+	for (int t = 0; t < n_tok; t++) {
+		double ss = 0;
+		for (int i = 0; i < D; i++)
+			ss += (double)rx[(size_t)t * D + i] * rx[(size_t)t * D + i];
+		double inv = 1.0 / sqrt(ss / D + 1e-6);
+		for (int i = 0; i < D; i++) {
+			size_t j = (size_t)t * D + i;
+			mag[j] = (float)((xmag[j] + fabs(rx[j])) * inv * fabs(g[i]));
+		}
+	}
+	int rc = x4k_hc_pre_norm(&d.c, n_tok, dH, dfn, dbase, dscale, dy, dcp, dHo, dx, dcf, dg,
+				 1e-6f, dxh, eager, ws, wsb, st, &err);
+	T_OK(rc == 0, "hc_pre_norm launch", "%s: %s", shape, err.msg);
+	dget(gx, dx, nx * 4);
+	dget(gxh, dxh, nx * 4);
+	/* fp32: the collapse's error (1e-5 of sum |pre h|, as hc_case) carried
+	 * through the norm, plus the norm's own (its inverse moves every value
+	 * by the same relative amount): 2e-5 of (xmag + |x|) inv |gain| */
+	check("hc_pre_norm collapse", shape, gx, rx, xmag, nx, 1e-5, 1e-30, ELEM);
+	check("hc_pre_norm xh", shape, gxh, rxh, mag, nx, 2e-5, 1e-30, ELEM);
+	/* against the norm of the kernel's own x: fp32, 1e-5 relative, as norm_case */
+	x4r_rmsnorm(n_tok, D, gx, D, g, 1e-6f, sxh, D);
+	check("hc_pre_norm xh = rmsnorm(x)", shape, gxh, sxh, NULL, nx, 1e-5, 1e-30, ELEM);
+	repoison(dxh, nx * 4);
+	x4k_hc_pre_norm(&d.c, n_tok, dH, dfn, dbase, dscale, dy, dcp, dHo, dx, dcf, dg, 1e-6f, dxh,
+			eager, ws, wsb, st, &err);
+	dget(again, dxh, nx * 4);
+	T_OK(!memcmp(again, gxh, nx * 4), "hc_pre_norm twice", "%s: a second call gave other bits",
+	     shape);
+	x4_dev_free(dH);
+	x4_dev_free(dy);
+	x4_dev_free(dcp);
+	x4_dev_free(dfn);
+	x4_dev_free(dbase);
+	x4_dev_free(dscale);
+	x4_dev_free(dg);
+	x4_dev_free(dHo);
+	x4_dev_free(dx);
+	x4_dev_free(dcf);
+	x4_dev_free(dxh);
+	x4_dev_free(ws);
+	free(g);
+	free(rx);
+	free(rcf);
+	free(rHo);
+	free(xmag);
+	free(rxh);
+	free(mag);
+	free(gx);
+	free(gxh);
+	free(sxh);
+	free(again);
+	hc_free(&d);
+}
+
 static void test_hc(void)
 {
+	hc_norm_case(4, 96, 3, false, 71);    /* tiny, the fused norm */
+	hc_norm_case(3, 99, 2, false, 72);    /* odd D: scalar loads */
+	hc_norm_case(4, 1100, 2, false, 73);  /* a partial last split */
+	hc_norm_case(4, 96, 9, false, 74);    /* prefill sizes: the norm a second launch */
+	hc_norm_case(full.n_hc, full.n_embd, 1, false, 75);
+	hc_norm_case(full.n_hc, full.n_embd, 8, false, 76);
+	hc_norm_case(full.n_hc, full.n_embd, 1, true, 77); /* eager */
+	hc_norm_case(full.n_hc, full.n_embd, 64, false, 78);
 	hc_case(4, 96, 3, 1.5f, 51, false);     /* tiny */
 	hc_case(3, 99, 2, 1.5f, 52, false);     /* odd D: the scalar path */
 	hc_case(4, 1100, 2, 1.5f, 53, false);   /* three splits, the last partial */

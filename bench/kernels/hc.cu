@@ -3,7 +3,8 @@
  * path, spec 6.3) at the decode step's shape: one token, 4 streams of
  * 3584, 24 coefficient rows, with the previous sublayer's update fused in
  * front (as the step runs it) and without.  The 7-block split of 317feb9
- * (old/hc_317.cuh) against the library's 112-block split, L2 flushed
+ * (old/hc_317.cuh) against the library's 112-block split (and the split
+ * with the sublayer's RMSNorm fused, as the step calls it), L2 flushed
  * between repetitions.  Bytes: the BF16 weights, H read, y, and H_out and
  * x written.
  *
@@ -36,6 +37,17 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	x4_err e = { 0 };
+	float *gain = lab_f32(D, 17), *xh = (float *)lab_alloc(D * 4);
+	LAB_CK(cudaDeviceSynchronize());
+	if (L.run_new) /* the gate with the sublayer's RMSNorm fused (the step's call) */
+		lab_row(&L, "hc_gate", "new+norm", "1tok_4x3584_update", (double)NC * K * 2 + 3 * K * 4 +
+			4.0 * D * 4, lab_time_us(&L, [&] {
+				if (x4k_hc_pre_norm(&c, 1, H, fn, base, scale, y, cp, Ho, x, cf, gain, 1e-6f,
+						    xh, false, ws_new, wsb, L.s, &e)) {
+					fprintf(stderr, "hc: %s\n", e.msg);
+					exit(1);
+				}
+			}));
 	for (int upd = 1; upd >= 0; upd--) {
 		const float *yp = upd ? y : nullptr, *cpp = upd ? cp : nullptr;
 		double bytes = (double)NC * K * 2 + K * 4 + D * 4 + (upd ? D * 4 + K * 4 : 0);

@@ -21,17 +21,22 @@ for p in gemv moe hc rmsnorm mla_decode; do
 	fi
 done
 echo
-printf '%-12s %-36s %10s %10s %8s %8s %6s\n' op shape old_us new_us speedup new_gbps new_pct
+printf '%-12s %-9s %-36s %10s %10s %8s %8s %6s\n' op variant shape old_us us speedup gbps pct
 awk -F'\t' 'NR > 1 {
 	key = $1 "\t" $3
-	if (!(key in seen)) { seen[key] = 1; order[n++] = key }
-	if ($2 == "old") old[key] = $5
-	if ($2 == "new") { nw[key] = $5; gb[key] = $6; pc[key] = $7 }
+	if ($2 == "old") { old[key] = $5; if (!(key in any)) order[n++] = key; any[key] = 1; next }
+	if (!(key in any)) order[n++] = key
+	any[key] = 1
+	rows[key] = rows[key] $2 "\t" $5 "\t" $6 "\t" $7 "\n"
 }
 END {
 	for (i = 0; i < n; i++) {
 		k = order[i]; split(k, f, "\t")
-		sp = (k in old && k in nw && nw[k] > 0) ? sprintf("%.2fx", old[k] / nw[k]) : "-"
-		printf "%-12s %-36s %10s %10s %8s %8s %6s\n", f[1], f[2], old[k], nw[k], sp, gb[k], pc[k]
+		m = split(rows[k], r, "\n")
+		for (j = 1; j < m; j++) {
+			split(r[j], c, "\t")
+			sp = (k in old && c[2] > 0) ? sprintf("%.2fx", old[k] / c[2]) : "-"
+			printf "%-12s %-9s %-36s %10s %10s %8s %8s %6s\n", f[1], c[1], f[2], (k in old) ? old[k] : "-", c[2], sp, c[3], c[4]
+		}
 	}
 }' "$out"
