@@ -28,6 +28,7 @@
 #include "cuda_check.h"
 #include "x4_kern.h"
 #include "quant_dev.cuh"
+#include "pdl.cuh"
 
 using namespace x4d;
 
@@ -107,6 +108,27 @@ __device__ __forceinline__ void load_fence(const uint4 (&wq)[NB][R], float4 (&xa
 	}
 }
 
+/* The weights of units u0 .. u0 + NB - 1 for R rows: unpredicated loads
+ * from clamped addresses (c8 0 where !ok; the caller zeroes those), since
+ * the predicated form compiled to a branch and a constant load per row
+ * around every weight load. */
+template <int NB, int R>
+__device__ __forceinline__ void bf16_load_w(const uint4 *const (&wr)[R], int u0, int ue, int k8,
+					    int lane, uint4 (&wq)[NB][R], bool (&ok)[NB], int (&c8)[NB])
+{
+#pragma unroll
+	for (int b = 0; b < NB; b++) {
+		c8[b] = (u0 + b) * (BF_UNIT / 8) + lane; /* this lane's 8 columns */
+		ok[b] = u0 + b < ue && c8[b] < k8;
+		c8[b] = ok[b] ? c8[b] : 0;
+	}
+#pragma unroll
+	for (int b = 0; b < NB; b++)
+#pragma unroll
+		for (int r = 0; r < R; r++)
+			wq[b][r] = __ldcs(wr[r] + c8[b]);
+}
+
 template <int R, int NB>
 __global__ void __launch_bounds__(GEMV_WARPS * 32)
 gemv_bf16_kernel(const uint4 *__restrict__ w, int n, int k, int wkl, const float4 *__restrict__ x,
@@ -128,27 +150,22 @@ gemv_bf16_kernel(const uint4 *__restrict__ w, int n, int k, int wkl, const float
 #pragma unroll
 	for (int r = 0; r < R; r++)
 		wr[r] = w + (size_t)min(row0 + r, n - 1) * k8;
-	for (int u0 = ub; u0 < ue; u0 += NB) {
-		uint4 wq[NB][R];
+	/* The weights of the first batch before the wait: they do not depend
+	 * on the previous kernel (pdl.cuh); each later batch's weights are
+	 * loaded at the end of the one before. */
+	uint4 wq[NB][R];
+	bool ok[NB];
+	int c8[NB];
+	int u0 = ub;
+	bf16_load_w<NB, R>(wr, u0, ue, (int)k8, lane, wq, ok, c8);
+	x4p::trigger();
+	x4p::wait();
+	while (u0 < ue) {
 		float4 xa[NB], xb[NB];
-		/* unpredicated loads from clamped addresses, then selects (the
-		 * predicated form compiled to a branch and a constant load per
-		 * row around every weight load) */
-		bool ok[NB];
-		int c8[NB];
-#pragma unroll
-		for (int b = 0; b < NB; b++) {
-			c8[b] = (u0 + b) * (BF_UNIT / 8) + lane; /* this lane's 8 columns */
-			ok[b] = u0 + b < ue && c8[b] < (int)k8;
-			c8[b] = ok[b] ? c8[b] : 0;
-		}
 #pragma unroll
 		for (int b = 0; b < NB; b++) {
 			xa[b] = __ldg(x + 2 * c8[b]);
 			xb[b] = __ldg(x + 2 * c8[b] + 1);
-#pragma unroll
-			for (int r = 0; r < R; r++)
-				wq[b][r] = __ldcs(wr[r] + c8[b]);
 		}
 		load_fence<NB, R>(wq, xa, xb);
 #pragma unroll
@@ -164,6 +181,9 @@ gemv_bf16_kernel(const uint4 *__restrict__ w, int n, int k, int wkl, const float
 #pragma unroll
 			for (int r = 0; r < R; r++)
 				acc[r] = dot8_bf16(wq[b][r], xa[b], xb[b], acc[r]);
+		u0 += NB;
+		if (u0 < ue)
+			bf16_load_w<NB, R>(wr, u0, ue, (int)k8, lane, wq, ok, c8);
 	}
 #pragma unroll
 	for (int r = 0; r < R; r++) {
@@ -201,12 +221,13 @@ static bool gemv_bf16_launch(const void *w, int n, int k, const float *x, float 
 	const unsigned blocks = (unsigned)((n + G * R - 1) / (G * R));
 	const uint4 *w4 = static_cast<const uint4 *>(w);
 	const float4 *x4 = reinterpret_cast<const float4 *>(x);
+	const dim3 g(blocks), b(GEMV_WARPS * 32);
 	if (R == 4)
-		gemv_bf16_kernel<4, 2><<<blocks, GEMV_WARPS * 32, 0, s>>>(w4, n, k, wkl, x4, y);
+		x4p::launch(gemv_bf16_kernel<4, 2>, g, b, 0, s, w4, n, k, wkl, x4, y);
 	else if (R == 2)
-		gemv_bf16_kernel<2, 2><<<blocks, GEMV_WARPS * 32, 0, s>>>(w4, n, k, wkl, x4, y);
+		x4p::launch(gemv_bf16_kernel<2, 2>, g, b, 0, s, w4, n, k, wkl, x4, y);
 	else
-		gemv_bf16_kernel<1, 2><<<blocks, GEMV_WARPS * 32, 0, s>>>(w4, n, k, wkl, x4, y);
+		x4p::launch(gemv_bf16_kernel<1, 2>, g, b, 0, s, w4, n, k, wkl, x4, y);
 	return true;
 }
 
@@ -224,7 +245,10 @@ gemv_iq4_kernel(const uint8_t *__restrict__ w, int n, int k, const float4 *__res
 	const int NG = k / 256, S = IQ_THREADS / NG, t = threadIdx.x;
 	const int s = t / NG, g = t % NG;
 	const size_t rb = (size_t)(k / 32) * 18;
-	if (s < S) {
+	if (s >= S) { /* an idle lane still waits: y is written after its barrier */
+		x4p::trigger();
+		x4p::wait();
+	} else {
 		const int row0 = blockIdx.x * S * R + s * R;
 		const uint4 *wp[R];
 #pragma unroll
@@ -234,7 +258,7 @@ gemv_iq4_kernel(const uint8_t *__restrict__ w, int n, int k, const float4 *__res
 #pragma unroll
 		for (int r = 0; r < R; r++)
 			acc[r] = 0.f;
-		iq4_group_dot<R>(wp, x + 64 * g, acc);
+		iq4_group_dot<R, true>(wp, x + 64 * g, acc); /* waits between its weight and x loads */
 #pragma unroll
 		for (int r = 0; r < R; r++)
 			part[(s * R + r) * NG + g] = acc[r];
@@ -263,9 +287,9 @@ static bool gemv_iq4_launch(const void *w, int n, int k, const float *x, float *
 	const uint8_t *wb = static_cast<const uint8_t *>(w);
 	const float4 *x4 = reinterpret_cast<const float4 *>(x);
 	if (R == 2)
-		gemv_iq4_kernel<2><<<blocks, IQ_THREADS, 0, s>>>(wb, n, k, x4, y);
+		x4p::launch(gemv_iq4_kernel<2>, dim3(blocks), dim3(IQ_THREADS), 0, s, wb, n, k, x4, y);
 	else
-		gemv_iq4_kernel<1><<<blocks, IQ_THREADS, 0, s>>>(wb, n, k, x4, y);
+		x4p::launch(gemv_iq4_kernel<1>, dim3(blocks), dim3(IQ_THREADS), 0, s, wb, n, k, x4, y);
 	return true;
 }
 
@@ -352,7 +376,12 @@ gemv_q6k_kernel(const uint8_t *__restrict__ w, int n, int k, const float *__rest
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 	const int row = blockIdx.x * GEMV_WARPS + warp;
 	const size_t rb = row_bytes(X4_T_Q6_K, k);
-	/* every load first: x (k % 256 == 0, four float4 a thread) and the row */
+	/* every load first: the row (before the wait: a weight, pdl.cuh), then
+	 * x (k % 256 == 0, four float4 a thread) */
+	stage4_regs<Q6_ROWB> g;
+	stage4_load<Q6_ROWB>(g, w + (size_t)min(row, n - 1) * rb, (int)rb, lane);
+	x4p::trigger();
+	x4p::wait();
 	constexpr int XV = Q6_KMAX / 4 / (GEMV_WARPS * 32);
 	const float4 *x4 = reinterpret_cast<const float4 *>(x);
 	float4 xv[XV];
@@ -361,8 +390,6 @@ gemv_q6k_kernel(const uint8_t *__restrict__ w, int n, int k, const float *__rest
 		const int i = threadIdx.x + j * GEMV_WARPS * 32;
 		xv[j] = __ldg(x4 + (i < k / 4 ? i : 0));
 	}
-	stage4_regs<Q6_ROWB> g;
-	stage4_load<Q6_ROWB>(g, w + (size_t)min(row, n - 1) * rb, (int)rb, lane);
 	float z = stage4_zero<Q6_ROWB>(g, 0.f);
 #pragma unroll
 	for (int j = 0; j < XV; j++)
@@ -413,7 +440,7 @@ extern "C" int x4k_gemv(int type, const void *w, int n, int k, const float *x, f
 	case X4_T_Q6_K:
 		if (k <= Q6_KMAX && row_bytes(X4_T_Q6_K, k) % 4 == 0 && !((uintptr_t)w & 3) &&
 		    !((uintptr_t)x & 15)) /* rows 4-byte aligned: an even count of 210-byte blocks */
-			gemv_q6k_kernel<<<grid, block, 0, s>>>(wb, n, k, x, y);
+			x4p::launch(gemv_q6k_kernel, grid, block, 0, s, wb, n, k, x, y);
 		else
 			gemv_kernel<X4_T_Q6_K><<<grid, block, 0, s>>>(wb, n, k, x, y);
 		break;

@@ -23,6 +23,7 @@
  * projection, coefficients, collapse): the lever x4-bench-abab prices.
  */
 #include "core_dev.cuh"
+#include "pdl.cuh"
 
 namespace {
 
@@ -315,6 +316,9 @@ hc_split_kernel(x4k_hc_cfg c, const float *H, const uint16_t *__restrict__ fn,
 		}
 	}
 
+	x4p::trigger();
+	x4p::wait(); /* everything below reads the previous kernels' outputs */
+
 	/* 2. the state the gate sees at columns c0.., the update fused in front */
 	const float *Ht = H + (size_t)tok * K;
 	float *Ho = y_prev ? H_out + (size_t)tok * K : nullptr;
@@ -586,14 +590,14 @@ static int hc_pre(const x4k_hc_cfg *c, int n_tok, const float *H, const uint16_t
 			  aligned(x, 8) && aligned(fn, 8) && aligned(gain, 8) && aligned(xh, 8);
 		if (v4) {
 			X4C_NHC_SWITCH(c->n_hc, NHC,
-				hc_split_kernel<NHC, true><<<grid, HC_THREADS, 0, st>>>(
-					*c, H, fn, base, scale, y_prev, coef_prev, H_out, x, coef, fws,
-					count, gain, norm_eps, xh));
+				x4p::launch(hc_split_kernel<NHC, true>, grid, dim3(HC_THREADS), 0, st,
+					    *c, H, fn, base, scale, y_prev, coef_prev, H_out, x, coef,
+					    fws, count, gain, norm_eps, xh));
 		} else {
 			X4C_NHC_SWITCH(c->n_hc, NHC,
-				hc_split_kernel<NHC, false><<<grid, HC_THREADS, 0, st>>>(
-					*c, H, fn, base, scale, y_prev, coef_prev, H_out, x, coef, fws,
-					count, gain, norm_eps, xh));
+				x4p::launch(hc_split_kernel<NHC, false>, grid, dim3(HC_THREADS), 0, st,
+					    *c, H, fn, base, scale, y_prev, coef_prev, H_out, x, coef,
+					    fws, count, gain, norm_eps, xh));
 		}
 		*normed = xh != nullptr;
 		return x4_cuda_launched("x4k_hc_pre: fused gate", e);

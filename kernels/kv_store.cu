@@ -4,6 +4,7 @@
  * k_r = RoPE(a[kv_lora:]), stored as fp16 at row *pos + t.  A block a token.
  */
 #include "core_dev.cuh"
+#include "pdl.cuh"
 
 namespace {
 
@@ -14,6 +15,8 @@ kv_store_kernel(int kv_lora, int d_rope, const float *__restrict__ kva,
 {
 	__shared__ float red[32];
 	const int tok = blockIdx.x, cw = kv_lora + d_rope;
+	x4p::trigger();
+	x4p::wait();
 	const int p = *pos + tok;
 	if (p < 0 || p >= max_ctx) /* uniform over the block */
 		return;
@@ -47,7 +50,7 @@ extern "C" int x4k_kv_store(int n_tok, int kv_lora, int d_rope, const float *kva
 		return 0;
 	if (!kva || !omega || !pos || !cache)
 		return x4_err_set(e, X4_EINVAL, "x4k_kv_store: NULL buffer");
-	kv_store_kernel<<<n_tok, 256, 0, s>>>(kv_lora, d_rope, kva, gain, eps, omega, pos,
-					      reinterpret_cast<__half *>(cache), max_ctx);
+	x4p::launch(kv_store_kernel, dim3(n_tok), dim3(256), 0, s, kv_lora, d_rope, kva, gain, eps, omega,
+		    pos, reinterpret_cast<__half *>(cache), max_ctx);
 	return x4_cuda_launched("x4k_kv_store: launch", e);
 }

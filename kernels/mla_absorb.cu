@@ -6,6 +6,7 @@
  * a prefill chunk reads each weight once; fp32 sums.
  */
 #include "core_dev.cuh"
+#include "pdl.cuh"
 
 namespace {
 
@@ -17,15 +18,17 @@ bmv_kernel(int rows, int k, const uint16_t *__restrict__ W, int n_tok, const flo
 {
 	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 	const int r = blockIdx.x * 8 + warp, b = blockIdx.y, kp = k / 2;
-	if (r >= rows)
-		return;
-	const unsigned *w = reinterpret_cast<const unsigned *>(W + ((size_t)b * rows + r) * k);
-	float2 wr[NP];
+	const unsigned *w = reinterpret_cast<const unsigned *>(W + ((size_t)b * rows + (r < rows ? r : 0)) * k);
+	float2 wr[NP]; /* the weight row first: it does not depend on the previous kernel */
 #pragma unroll
 	for (int j = 0; j < NP; j++) {
 		int p = lane + 32 * j;
 		wr[j] = p < kp ? x4c::bf16x2(__ldg(w + p)) : make_float2(0.f, 0.f);
 	}
+	x4p::trigger();
+	x4p::wait(); /* every thread, before its row check returns (pdl.cuh) */
+	if (r >= rows)
+		return;
 	for (int t = 0; t < n_tok; t++) {
 		const float2 *xv = reinterpret_cast<const float2 *>(x + t * x_tok + (long)b * x_b);
 		float acc = 0;
@@ -49,14 +52,15 @@ int bmv(int batch, int rows, int k, const uint16_t *W, int n_tok, const float *x
 {
 	dim3 grid((rows + 7) / 8, batch);
 	int np = (k / 2 + 31) / 32;
+	const dim3 b(256);
 	if (np <= 1)
-		bmv_kernel<1><<<grid, 256, 0, s>>>(rows, k, W, n_tok, x, x_tok, x_b, y, y_tok, y_b);
+		x4p::launch(bmv_kernel<1>, grid, b, 0, s, rows, k, W, n_tok, x, x_tok, x_b, y, y_tok, y_b);
 	else if (np <= 2)
-		bmv_kernel<2><<<grid, 256, 0, s>>>(rows, k, W, n_tok, x, x_tok, x_b, y, y_tok, y_b);
+		x4p::launch(bmv_kernel<2>, grid, b, 0, s, rows, k, W, n_tok, x, x_tok, x_b, y, y_tok, y_b);
 	else if (np <= 4)
-		bmv_kernel<4><<<grid, 256, 0, s>>>(rows, k, W, n_tok, x, x_tok, x_b, y, y_tok, y_b);
+		x4p::launch(bmv_kernel<4>, grid, b, 0, s, rows, k, W, n_tok, x, x_tok, x_b, y, y_tok, y_b);
 	else
-		bmv_kernel<8><<<grid, 256, 0, s>>>(rows, k, W, n_tok, x, x_tok, x_b, y, y_tok, y_b);
+		x4p::launch(bmv_kernel<8>, grid, b, 0, s, rows, k, W, n_tok, x, x_tok, x_b, y, y_tok, y_b);
 	return x4_cuda_launched(who, e);
 }
 

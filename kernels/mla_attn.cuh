@@ -24,6 +24,7 @@
 #define X4_MLA_ATTN_CUH
 
 #include "core_dev.cuh"
+#include "pdl.cuh"
 
 namespace x4c {
 
@@ -126,6 +127,8 @@ static __global__ void __launch_bounds__(MLA_THREADS) mla_attn_kernel(mla_params
 	const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 	const int tok = blockIdx.z, h0 = blockIdx.y * MLA_HG, split = blockIdx.x;
 	const int nsplit = gridDim.x;
+	x4p::trigger();
+	x4p::wait(); /* the position, the queries and this step's cache row (pdl.cuh) */
 	const int len = mla_len(a, tok);
 	int span, nsp;
 	mla_span(len, nsplit, &span, &nsp);

@@ -23,6 +23,8 @@ mla_combine_kernel(mla_params a, int nsplit)
 	__shared__ float red[32];
 	const int h = blockIdx.x, tok = blockIdx.z, tid = threadIdx.x;
 	const int c = blockIdx.y * MLA_COMB_COLS + tid;
+	x4p::trigger();
+	x4p::wait();
 	int span, nsp;
 	mla_span(mla_len(a, tok), nsplit, &span, &nsp);
 	float *o = a.ob + ((size_t)tok * a.n_head + h) * a.kv_lora;
@@ -106,11 +108,11 @@ extern "C" int x4k_mla_decode(int n_head, int kv_lora, int d_rope, const float *
 	a.max_ctx = max_ctx;
 	a.scale = kq_scale;
 	dim3 grid(nsplit, (n_head + MLA_HG - 1) / MLA_HG, 1);
-	X4C_MLA_CPI_SWITCH(cw, CPI, mla_attn_kernel<CPI><<<grid, MLA_THREADS, mla_smem_bytes(cw), s>>>(a));
+	X4C_MLA_CPI_SWITCH(cw, CPI, x4p::launch(mla_attn_kernel<CPI>, grid, dim3(MLA_THREADS), mla_smem_bytes(cw), s, a));
 	int rc = x4_cuda_launched("x4k_mla_decode: attention", e);
 	if (rc || nsplit == 1)
 		return rc;
 	dim3 cgrid(n_head, (kv_lora + MLA_COMB_COLS - 1) / MLA_COMB_COLS, 1);
-	mla_combine_kernel<<<cgrid, MLA_COMB_COLS, 0, s>>>(a, nsplit);
+	x4p::launch(mla_combine_kernel, cgrid, dim3(MLA_COMB_COLS), 0, s, a, nsplit);
 	return x4_cuda_launched("x4k_mla_decode: combine", e);
 }

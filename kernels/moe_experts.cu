@@ -128,6 +128,8 @@ moe_gu_iq4(x4k_moe_routes r, const float *__restrict__ x, int d, int f, const ui
 {
 	__shared__ float part[2][IQ_THREADS]; /* [gate | up][row of the block][group] */
 	int ex, start, cnt;
+	x4p::trigger();
+	x4p::wait(); /* the routes, and with them which weights, come from the router */
 	if (!tile_of(r, &ex, &start, &cnt))
 		return;
 	const int NG = d / 256, S = IQ_THREADS / NG, t = threadIdx.x, s = t / NG, g = t % NG;
@@ -163,6 +165,8 @@ moe_down_iq4(x4k_moe_routes r, int d, int f, const uint8_t *__restrict__ down,
 {
 	__shared__ float part[IQ_THREADS]; /* [row of the block][group] */
 	int ex, start, cnt;
+	x4p::trigger();
+	x4p::wait();
 	if (!tile_of(r, &ex, &start, &cnt))
 		return;
 	const int NG = f / 256, S = IQ_THREADS / NG, t = threadIdx.x, s = t / NG, g = t % NG;
@@ -256,6 +260,8 @@ __global__ void moe_reduce_kernel(x4k_moe_routes r, const float *__restrict__ ou
 				  const float *__restrict__ shared, int d, float *__restrict__ y)
 {
 	const int t = blockIdx.y, c = blockIdx.x * blockDim.x + threadIdx.x;
+	x4p::trigger();
+	x4p::wait();
 	if (c >= d)
 		return;
 	const int k = r.k;
@@ -343,9 +349,11 @@ extern "C" int x4k_moe_experts(const x4k_moe_routes *r, int type, const float *x
 		   f / 256 <= IQ_THREADS && !((uintptr_t)gate & 15) && !((uintptr_t)up & 15) &&
 		   !((uintptr_t)down & 15) && !((uintptr_t)x & 15)) {
 		const int sg = IQ_THREADS / (d / 256), sd = IQ_THREADS / (f / 256);
-		moe_gu_iq4<<<dim3(tiles, (f + sg - 1) / sg), IQ_THREADS, 0, s>>>(*r, x, d, f, g8, u8, h);
+		x4p::launch(moe_gu_iq4, dim3(tiles, (f + sg - 1) / sg), dim3(IQ_THREADS), 0, s, *r, x, d, f,
+			    g8, u8, h);
 		X4_CUDA_TRY(cudaGetLastError(), "x4k_moe_experts: gate/up launch", e);
-		moe_down_iq4<<<dim3(tiles, (d + sd - 1) / sd), IQ_THREADS, 0, s>>>(*r, d, f, d8, h, o);
+		x4p::launch(moe_down_iq4, dim3(tiles, (d + sd - 1) / sd), dim3(IQ_THREADS), 0, s, *r, d, f,
+			    d8, h, o);
 	} else {
 		moe_gu_gemv<<<dim3(tiles, (f + GEMV_WARPS - 1) / GEMV_WARPS), GEMV_WARPS * 32, 0, s>>>(
 			*r, x, d, f, g8, u8, h);
@@ -366,6 +374,7 @@ extern "C" int x4k_moe_reduce(const x4k_moe_routes *r, const float *out, const f
 		return 0;
 	if (r->n_tok > 65535)
 		return x4_err_set(e, X4_EINVAL, "x4k_moe_reduce: %d tokens; at most 65535 a call", r->n_tok);
-	moe_reduce_kernel<<<dim3((d + 255) / 256, r->n_tok), 256, 0, s>>>(*r, out, shared, d, y);
+	x4p::launch(moe_reduce_kernel, dim3((d + 255) / 256, r->n_tok), dim3(256), 0, s, *r, out, shared,
+		    d, y);
 	return x4_cuda_launched("x4k_moe_reduce: launch", e);
 }

@@ -7,6 +7,7 @@
  */
 #include "cuda_check.h"
 #include "x4_kern.h"
+#include "pdl.cuh"
 
 #define ROUTER_WARPS 4
 #define TABLE_THREADS 512
@@ -115,13 +116,20 @@ router_logits_wide(int d, int n_expert, const float4 *__restrict__ x, const floa
 	const int d4 = d / 4;
 	const float4 *xr = x + (size_t)t * d4, *wr = w_r + (size_t)ex * d4;
 	float a = 0.f;
+	float4 wv[RL_VEC];
+#pragma unroll
+	for (int j = 0; j < RL_VEC; j++) /* the first batch's weights before the wait (pdl.cuh) */
+		wv[j] = __ldg(wr + (j * RL_THREADS + tid < d4 ? j * RL_THREADS + tid : 0));
+	x4p::trigger();
+	x4p::wait();
 	for (int b0 = 0; b0 < d4; b0 += RL_THREADS * RL_VEC) {
-		float4 wv[RL_VEC], xv[RL_VEC];
+		float4 xv[RL_VEC];
 #pragma unroll
 		for (int j = 0; j < RL_VEC; j++) {
 			const int i = b0 + j * RL_THREADS + tid;
 			const int ic = i < d4 ? i : 0; /* unpredicated loads, then selects */
-			wv[j] = __ldg(wr + ic);
+			if (b0)
+				wv[j] = __ldg(wr + ic);
 			xv[j] = __ldg(xr + ic);
 		}
 		/* +0 from a word of every load, added to x: every product then
@@ -173,6 +181,8 @@ router_select_kernel(int n_tok, int n_expert, int k, const float *__restrict__ s
 		     float *__restrict__ wts)
 {
 	const int t = blockIdx.x * ROUTER_WARPS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+	x4p::trigger();
+	x4p::wait();
 	if (t >= n_tok)
 		return;
 	const float *g = score + (size_t)t * n_expert;
@@ -242,17 +252,18 @@ extern "C" int x4k_moe_router(const x4k_moe_routes *r, const float *x, int d, co
 	if (r->n_tok > 65535)
 		return x4_err_set(e, X4_EINVAL, "x4k_moe_router: %d tokens; at most 65535 a call", r->n_tok);
 	if (r->n_tok <= 64 && d % 4 == 0 && !((uintptr_t)x & 15) && !((uintptr_t)w_r & 15)) {
-		router_logits_wide<<<dim3(r->n_expert, r->n_tok), RL_THREADS, 0, s>>>(
-			d, r->n_expert, reinterpret_cast<const float4 *>(x),
-			reinterpret_cast<const float4 *>(w_r), r->score);
+		x4p::launch(router_logits_wide, dim3(r->n_expert, r->n_tok), dim3(RL_THREADS), 0, s, d,
+			    r->n_expert, reinterpret_cast<const float4 *>(x),
+			    reinterpret_cast<const float4 *>(w_r), r->score);
 	} else {
 		dim3 grid((r->n_expert + ROUTER_WARPS - 1) / ROUTER_WARPS, r->n_tok);
 		router_logits_kernel<<<grid, ROUTER_WARPS * 32, (size_t)d * 4, s>>>(d, r->n_expert, x,
 										   w_r, r->score);
 	}
 	X4_CUDA_TRY(cudaGetLastError(), "x4k_moe_router: logits launch", e);
-	router_select_kernel<<<(r->n_tok + ROUTER_WARPS - 1) / ROUTER_WARPS, ROUTER_WARPS * 32, 0, s>>>(r->n_tok, r->n_expert, r->k, r->score,
-								    bias, scale, norm, r->sel, r->wts);
+	x4p::launch(router_select_kernel, dim3((r->n_tok + ROUTER_WARPS - 1) / ROUTER_WARPS),
+		    dim3(ROUTER_WARPS * 32), 0, s, r->n_tok, r->n_expert, r->k,
+		    (const float *)r->score, bias, scale, norm, r->sel, r->wts);
 	return x4_cuda_launched("x4k_moe_router: select launch", e);
 }
 
@@ -269,6 +280,8 @@ route_table_kernel(x4k_moe_routes r)
 	__shared__ int wc[TABLE_THREADS / 32][MAX_EXPERTS];
 	const int nr = r.n_tok * r.k, E = r.n_expert;
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+	x4p::trigger();
+	x4p::wait();
 	for (int ex = threadIdx.x; ex < E; ex += blockDim.x)
 		cnt[ex] = 0;
 	__syncthreads();
@@ -330,6 +343,6 @@ extern "C" int x4k_moe_route_table(const x4k_moe_routes *r, cudaStream_t s, x4_e
 		return x4_err_set(e, X4_EINVAL, "x4k_moe_route_table: NULL routes");
 	if (r->n_tok == 0)
 		return 0;
-	route_table_kernel<<<1, TABLE_THREADS, 0, s>>>(*r);
+	x4p::launch(route_table_kernel, dim3(1), dim3(TABLE_THREADS), 0, s, *r);
 	return x4_cuda_launched("x4k_moe_route_table: launch", e);
 }

@@ -9,6 +9,7 @@
  * launch in the profile of 317feb9).  Wider rows take the plain loop.
  */
 #include "core_dev.cuh"
+#include "pdl.cuh"
 
 namespace {
 
@@ -47,16 +48,21 @@ rmsnorm_reg_kernel(int n, const float *x, int ld_x, const float *__restrict__ ga
 	float *yr = y + (size_t)blockIdx.x * ld_y;
 	float v[V][VEC], g[V][VEC];
 #pragma unroll
-	for (int k = 0; k < V; k++) {
+	for (int k = 0; k < V; k++) { /* the gain first: a weight, ready before the wait */
 		const int e = (k * (int)blockDim.x + (int)threadIdx.x) * VEC;
 #pragma unroll
 		for (int j = 0; j < VEC; j++)
 			v[k][j] = g[k][j] = 0.f;
-		if (e < n) {
+		if (e < n && gain)
+			ld<VEC>(gain + e, g[k]);
+	}
+	x4p::trigger();
+	x4p::wait();
+#pragma unroll
+	for (int k = 0; k < V; k++) {
+		const int e = (k * (int)blockDim.x + (int)threadIdx.x) * VEC;
+		if (e < n)
 			ld<VEC>(xr + e, v[k]);
-			if (gain)
-				ld<VEC>(gain + e, g[k]);
-		}
 	}
 	float ss = 0;
 #pragma unroll
@@ -107,9 +113,9 @@ bool launch_reg(int n_tok, int n, const float *x, int ld_x, const float *gain, f
 		return false;
 	const int threads = ((nv + V - 1) / V + 31) / 32 * 32;
 	switch (V) {
-	case 1: rmsnorm_reg_kernel<VEC, 1><<<n_tok, threads, 0, s>>>(n, x, ld_x, gain, eps, y, ld_y); break;
-	case 2: rmsnorm_reg_kernel<VEC, 2><<<n_tok, threads, 0, s>>>(n, x, ld_x, gain, eps, y, ld_y); break;
-	default: rmsnorm_reg_kernel<VEC, 4><<<n_tok, threads, 0, s>>>(n, x, ld_x, gain, eps, y, ld_y); break;
+	case 1: x4p::launch(rmsnorm_reg_kernel<VEC, 1>, dim3(n_tok), dim3(threads), 0, s, n, x, ld_x, gain, eps, y, ld_y); break;
+	case 2: x4p::launch(rmsnorm_reg_kernel<VEC, 2>, dim3(n_tok), dim3(threads), 0, s, n, x, ld_x, gain, eps, y, ld_y); break;
+	default: x4p::launch(rmsnorm_reg_kernel<VEC, 4>, dim3(n_tok), dim3(threads), 0, s, n, x, ld_x, gain, eps, y, ld_y); break;
 	}
 	return true;
 }

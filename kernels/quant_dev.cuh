@@ -23,6 +23,7 @@
 #include <stdint.h>
 
 #include "x4.h"
+#include "pdl.cuh"
 
 namespace x4d {
 
@@ -362,8 +363,10 @@ __device__ __forceinline__ void iq4_blocks(const uint32_t (&W)[NW][36], const fl
 }
 
 /* acc[i] += the group's 256 weights of row i (wp[i]: 144 bytes, 16-byte
- * aligned) . xg[0..255] (16-byte aligned), for NW rows sharing x. */
-template <int NW>
+ * aligned) . xg[0..255] (16-byte aligned), for NW rows sharing x.  WAIT:
+ * the weights do not depend on the previous kernel, x does: x4p::wait()
+ * between their loads (pdl.cuh). */
+template <int NW, bool WAIT = false>
 __device__ __forceinline__ void iq4_group_dot(const uint4 *const (&wp)[NW], const float4 *__restrict__ xg,
 					      float (&acc)[NW])
 {
@@ -375,6 +378,10 @@ __device__ __forceinline__ void iq4_group_dot(const uint4 *const (&wp)[NW], cons
 			const uint4 v = __ldg(wp[i] + q);
 			W[i][4 * q] = v.x, W[i][4 * q + 1] = v.y, W[i][4 * q + 2] = v.z, W[i][4 * q + 3] = v.w;
 		}
+	if (WAIT) {
+		x4p::trigger();
+		x4p::wait();
+	}
 	/* A zero made from a word of every load, or-ed into every word: each
 	 * decode then waits for all the loads, so the compiler issues them all
 	 * first instead of one dependent round per use (x + 0 as in the BF16

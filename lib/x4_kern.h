@@ -32,6 +32,13 @@ extern "C" {
 #endif
 
 #ifdef X4K_HAVE_CUDA
+/* Programmatic dependent launch for the decode step's kernels (compute
+ * capability 9.0 and later; kernels/pdl.cuh): process-wide, off until set;
+ * a graph keeps the setting it was captured with.  The arithmetic does not
+ * change: the results are the same bits either way. */
+void x4k_pdl_set(int on);
+int x4k_pdl_get(void);
+
 /* ============ 1. quantized products and the MoE ============ */
 
 /* y = W x.  type: X4_T_IQ4_NL (k % 32 == 0), X4_T_Q6_K (k % 256 == 0) or
