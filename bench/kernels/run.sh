@@ -12,7 +12,7 @@ make -s -j"$(nproc)" bench-kernels CUDA_ARCH="${CUDA_ARCH:-90}" >&2
 out=build/bench/lab.tsv
 : >"$out"
 first=1
-for p in gemv moe hc rmsnorm mla_decode; do
+for p in gemv moe hc rmsnorm mla_decode chain; do
 	if [ $first = 1 ]; then
 		build/bench/$p all >>"$out"
 		first=0
