@@ -129,10 +129,12 @@ __device__ __forceinline__ void bf16_load_w(const uint4 *const (&wr)[R], int u0,
 			wq[b][r] = __ldcs(wr[r] + c8[b]);
 }
 
+/* Rows [0, n1) are w's (into y), rows [n1, n) w2's (into y2): two
+ * products that share x in one launch (x4k_gemv2); w2 NULL: one. */
 template <int R, int NB>
 __global__ void __launch_bounds__(GEMV_WARPS * 32)
 gemv_bf16_kernel(const uint4 *__restrict__ w, int n, int k, int wkl, const float4 *__restrict__ x,
-		 float *__restrict__ y)
+		 float *__restrict__ y, const uint4 *__restrict__ w2, int n1, float *__restrict__ y2)
 {
 	__shared__ float red[GEMV_WARPS * R]; /* [warp][row of the group] */
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -148,8 +150,10 @@ gemv_bf16_kernel(const uint4 *__restrict__ w, int n, int k, int wkl, const float
 		acc[r] = 0.f;
 	const uint4 *wr[R]; /* the group's rows, clamped into the matrix (never written) */
 #pragma unroll
-	for (int r = 0; r < R; r++)
-		wr[r] = w + (size_t)min(row0 + r, n - 1) * k8;
+	for (int r = 0; r < R; r++) {
+		const int row = min(row0 + r, n - 1);
+		wr[r] = row < n1 ? w + (size_t)row * k8 : w2 + (size_t)(row - n1) * k8;
+	}
 	/* The weights of the first batch before the wait: they do not depend
 	 * on the previous kernel (pdl.cuh); each later batch's weights are
 	 * loaded at the end of the one before. */
@@ -202,7 +206,10 @@ gemv_bf16_kernel(const uint4 *__restrict__ w, int n, int k, int wkl, const float
 			float t = red[(g2 * WK) * R + r];
 			for (int q = 1; q < WK; q++)
 				t = __fadd_rn(t, red[(g2 * WK + q) * R + r]);
-			y[row] = t;
+			if (row < n1)
+				y[row] = t;
+			else
+				y2[row - n1] = t;
 		}
 	}
 }
@@ -210,24 +217,27 @@ gemv_bf16_kernel(const uint4 *__restrict__ w, int n, int k, int wkl, const float
 /* The BF16 path's shape: WK warps a row (more when the row has more units),
  * then as many rows a warp (R) as keep two blocks an SM of the H200's 132
  * (the card of docs: 264 blocks), at most 8 loads a lane in flight. */
-static bool gemv_bf16_launch(const void *w, int n, int k, const float *x, float *y, cudaStream_t s)
+static bool gemv_bf16_launch(const void *w, int n, int k, const float *x, float *y, cudaStream_t s,
+			     const void *w2 = nullptr, int n2 = 0, float *y2 = nullptr)
 {
-	if (k % 8 || ((uintptr_t)w & 15) || ((uintptr_t)x & 15))
+	if (k % 8 || ((uintptr_t)w & 15) || ((uintptr_t)x & 15) || ((uintptr_t)w2 & 15))
 		return false;
+	const int n1 = n;
+	n += n2;
 	const int U = (k + BF_UNIT - 1) / BF_UNIT;
 	const int wkl = U >= 8 ? 3 : U >= 4 ? 2 : U >= 2 ? 1 : 0;
 	const int G = GEMV_WARPS >> wkl, upw = (U + (1 << wkl) - 1) >> wkl;
 	const int R = n / (4 * G) >= 264 && upw <= 2 ? 4 : n / (2 * G) >= 264 ? 2 : 1;
 	const unsigned blocks = (unsigned)((n + G * R - 1) / (G * R));
-	const uint4 *w4 = static_cast<const uint4 *>(w);
+	const uint4 *w4 = static_cast<const uint4 *>(w), *w24 = static_cast<const uint4 *>(w2);
 	const float4 *x4 = reinterpret_cast<const float4 *>(x);
 	const dim3 g(blocks), b(GEMV_WARPS * 32);
 	if (R == 4)
-		x4p::launch(gemv_bf16_kernel<4, 2>, g, b, 0, s, w4, n, k, wkl, x4, y);
+		x4p::launch(gemv_bf16_kernel<4, 2>, g, b, 0, s, w4, n, k, wkl, x4, y, w24, n1, y2);
 	else if (R == 2)
-		x4p::launch(gemv_bf16_kernel<2, 2>, g, b, 0, s, w4, n, k, wkl, x4, y);
+		x4p::launch(gemv_bf16_kernel<2, 2>, g, b, 0, s, w4, n, k, wkl, x4, y, w24, n1, y2);
 	else
-		x4p::launch(gemv_bf16_kernel<1, 2>, g, b, 0, s, w4, n, k, wkl, x4, y);
+		x4p::launch(gemv_bf16_kernel<1, 2>, g, b, 0, s, w4, n, k, wkl, x4, y, w24, n1, y2);
 	return true;
 }
 
@@ -450,4 +460,24 @@ extern "C" int x4k_gemv(int type, const void *w, int n, int k, const float *x, f
 		break;
 	}
 	return x4_cuda_launched("x4k_gemv: launch", e);
+}
+
+extern "C" int x4k_gemv2(int type, const void *w1, int n1, float *y1, const void *w2, int n2,
+			 float *y2, int k, const float *x, cudaStream_t s, x4_err *e)
+{
+	int rc = check_matrix("x4k_gemv2", type, w1, n1, k, e);
+	if (!rc)
+		rc = check_matrix("x4k_gemv2", type, w2, n2, k, e);
+	if (rc)
+		return rc;
+	if (!x || !y1 || !y2)
+		return x4_err_set(e, X4_EINVAL, "x4k_gemv2: NULL input or output");
+	if (n1 == 0 || n2 == 0 || (long long)n1 + n2 > 0x7fffffff || type != X4_T_BF16 ||
+	    !gemv_bf16_launch(w1, n1, k, x, y1, s, w2, n2, y2)) {
+		/* one launch each: the same per-row arithmetic */
+		if ((rc = x4k_gemv(type, w1, n1, k, x, y1, s, e)))
+			return rc;
+		return x4k_gemv(type, w2, n2, k, x, y2, s, e);
+	}
+	return x4_cuda_launched("x4k_gemv2: launch", e);
 }

@@ -38,6 +38,17 @@ static int mm(const fwd *f, const x4_gguf_tensor *hw, const void *dw, const floa
 	return x4k_gemm(hw->type, dw, n, k, f->T, x, y, f->s, f->e);
 }
 
+/* Two products of the same x (q_a and kv_a): one launch at decode. */
+static int mm2(const fwd *f, const x4_gguf_tensor *ha, const void *da, float *ya,
+	       const x4_gguf_tensor *hb, const void *db, float *yb, const float *x)
+{
+	if (f->T == 1 && ha->type == hb->type && ha->ne[0] == hb->ne[0])
+		return x4k_gemv2(ha->type, da, (int)ha->ne[1], ya, db, (int)hb->ne[1], yb,
+				 (int)ha->ne[0], x, f->s, f->e);
+	int rc = mm(f, ha, da, x, ya);
+	return rc ? rc : mm(f, hb, db, x, yb);
+}
+
 static void swap_streams(x4_cuda_ws *w)
 {
 	float *tmp = w->H;
@@ -155,8 +166,8 @@ static int mla(const fwd *f, int b)
 	uint16_t *cache = t->cache + (size_t)b * (size_t)t->max_ctx * (size_t)cw;
 	float eps = c->rms_eps;
 	int rc;
-	if ((rc = mm(f, hw->attn_q_a, d->attn_q_a, w->xh, w->cq)) ||
-	    (rc = mm(f, hw->attn_kv_a_mqa, d->attn_kv_a_mqa, w->xh, w->kva)) ||
+	if ((rc = mm2(f, hw->attn_q_a, d->attn_q_a, w->cq, hw->attn_kv_a_mqa, d->attn_kv_a_mqa,
+		      w->kva, w->xh)) ||
 	    (rc = x4k_rmsnorm(T, c->q_lora, w->cq, c->q_lora, d->attn_q_a_norm, eps, w->cq,
 			      c->q_lora, f->s, f->e)) ||
 	    (rc = x4k_kv_store(T, kvl, dr, w->kva, d->attn_kv_a_norm, eps, w->omega, w->pos, cache,

@@ -46,6 +46,13 @@ int x4k_pdl_get(void);
 int x4k_gemv(int type, const void *w, int n, int k, const float *x, float *y,
 	     cudaStream_t s, x4_err *e);
 
+/* Two products that read the same x, in one launch where the shapes allow
+ * (BF16 with k % 8 == 0, 16-byte aligned: the attention's q_a and kv_a):
+ * y1 = W1 x (n1 rows), y2 = W2 x (n2 rows), each row's sum the same bits
+ * as x4k_gemv's.  Otherwise two x4k_gemv launches. */
+int x4k_gemv2(int type, const void *w1, int n1, float *y1, const void *w2, int n2, float *y2,
+	      int k, const float *x, cudaStream_t s, x4_err *e);
+
 /* Y = X W^T for n_tok tokens: x [n_tok][k], y [n_tok][n].  A weight tile is
  * dequantized once into shared memory and reused across 64 tokens. */
 int x4k_gemm(int type, const void *w, int n, int k, int n_tok, const float *x,

@@ -229,6 +229,63 @@ out:
 	free(w), free(x);
 }
 
+/* x4k_gemv2: two matrices sharing x in one launch.  Each output against
+ * the reference (the rule of run_product), and bit for bit against
+ * x4k_gemv on the same matrix: a row's sum runs in the same order. */
+static void run_gemv2(int type, int n1, int n2, int k, uint64_t seed)
+{
+	char cas[200];
+	snprintf(cas, sizeof cas, "op gemv2 type %s rows %d + %d cols %d seed %llu", x4_type_name(type),
+		 n1, n2, k, (unsigned long long)seed);
+	rng_s = seed;
+	size_t b1 = x4_type_bytes(type, (uint64_t)n1 * k), b2 = x4_type_bytes(type, (uint64_t)n2 * k);
+	uint8_t *w1 = xmalloc(b1), *w2 = xmalloc(b2);
+	fill_weights(type, w1, (size_t)n1, k);
+	fill_weights(type, w2, (size_t)n2, k);
+	float *x = xmalloc((size_t)k * 4);
+	fill_x(x, (size_t)k);
+	void *dw1 = dup_dev(w1, b1), *dw2 = dup_dev(w2, b2);
+	float *dx = dup_dev(x, (size_t)k * 4);
+	float *dy1 = dalloc((size_t)n1 * 4), *dy2 = dalloc((size_t)n2 * 4);
+	float *dz1 = dalloc((size_t)n1 * 4), *dz2 = dalloc((size_t)n2 * 4);
+	poison(dy1, (size_t)n1 * 4);
+	poison(dy2, (size_t)n2 * 4);
+	int rc = x4k_gemv2(type, dw1, n1, dy1, dw2, n2, dy2, k, dx, st, &err);
+	if (!rc)
+		rc = x4k_gemv(type, dw1, n1, k, dx, dz1, st, &err);
+	if (!rc)
+		rc = x4k_gemv(type, dw2, n2, k, dx, dz2, st, &err);
+	if (!rc)
+		rc = x4_cuda_check(cudaStreamSynchronize(st), "kernel", &err);
+	if (rc) {
+		T_OK(0, "gemv2", "%s: %s", cas, err.msg);
+	} else {
+		float *y1 = xmalloc((size_t)n1 * 4), *y2 = xmalloc((size_t)n2 * 4);
+		float *z1 = xmalloc((size_t)n1 * 4), *z2 = xmalloc((size_t)n2 * 4);
+		float *r1 = xmalloc((size_t)n1 * 4), *r2 = xmalloc((size_t)n2 * 4);
+		float *m1 = xmalloc((size_t)n1 * 4), *m2 = xmalloc((size_t)n2 * 4);
+		down(y1, dy1, (size_t)n1 * 4);
+		down(y2, dy2, (size_t)n2 * 4);
+		down(z1, dz1, (size_t)n1 * 4);
+		down(z2, dz2, (size_t)n2 * 4);
+		if (x4r_gemv(type, w1, n1, k, x, r1, m1, &err) || x4r_gemv(type, w2, n2, k, x, r2, m2, &err)) {
+			T_OK(0, "gemv2", "%s: reference: %s", cas, err.msg);
+		} else {
+			char name[64];
+			snprintf(name, sizeof name, "gemv2 %s first", x4_type_name(type));
+			compare(name, cas, y1, r1, m1, (size_t)n1);
+			snprintf(name, sizeof name, "gemv2 %s second", x4_type_name(type));
+			compare(name, cas, y2, r2, m2, (size_t)n2);
+			T_OK(!memcmp(y1, z1, (size_t)n1 * 4) && !memcmp(y2, z2, (size_t)n2 * 4),
+			     "gemv2 = two gemv, bit for bit", "%s", cas);
+		}
+		free(y1), free(y2), free(z1), free(z2), free(r1), free(r2), free(m1), free(m2);
+	}
+	x4_dev_free(dw1), x4_dev_free(dw2), x4_dev_free(dx), x4_dev_free(dy1), x4_dev_free(dy2);
+	x4_dev_free(dz1), x4_dev_free(dz2);
+	free(w1), free(w2), free(x);
+}
+
 static int cmp_float(const void *a, const void *b)
 {
 	float x = *(const float *)a, y = *(const float *)b;
@@ -843,6 +900,16 @@ int main(void)
 	};
 	for (size_t i = 0; i < X4_ARRAY_LEN(big); i++)
 		run_product("largest", big[i], 4000 + i, 8);
+
+	/* two matrices, one launch: tiny odd (rows straddling the seam inside
+	 * a row group), the model's q_a + kv_a, the largest (q_b's and the
+	 * output's row counts over 4096 columns); IQ4_NL takes two launches */
+	run_gemv2(X4_T_BF16, 7, 5, 200, 5001);
+	run_gemv2(X4_T_BF16, 1061, 3, 2048, 5002);
+	run_gemv2(X4_T_BF16, 768, 576, 3584, 5003);
+	run_gemv2(X4_T_BF16, 6144, 3584, 4096, 5004);
+	run_gemv2(X4_T_BF16, 5, 3, 13, 5005); /* odd k: the staged kernel, two launches */
+	run_gemv2(X4_T_IQ4_NL, 1024, 1024, 3584, 5006);
 
 	test_swiglu();
 	test_moe();

@@ -2,8 +2,8 @@
  * gemv.cu - the kernel lab for the decode matrix-vector products y = W x
  * (x4k_gemv): the staged kernel of 317feb9 (old/quant_dev_317.cuh) against
  * the library's (new: BF16 split-K, the IQ4_NL register core, Q6_K staged)
- * at every shape of the model's decode step, L2 flushed between
- * repetitions.  Bytes are the weights' (x and y add under 0.2%).
+ * at every shape of the model's decode step, and q_a with kv_a in one
+ * launch (x4k_gemv2), L2 flushed between repetitions.  Bytes are the weights' (x and y add under 0.2%).
  *
  *   make bench-kernels CUDA_ARCH=90 && build/bench/gemv [old|new|all]
  */
@@ -54,6 +54,27 @@ int main(int argc, char **argv)
 		LAB_CK(cudaFree(w));
 		LAB_CK(cudaFree(x));
 		LAB_CK(cudaFree(y));
+	}
+	{ /* q_a and kv_a share x: two launches (old), one (x4k_gemv2) */
+		const int n1 = 768, n2 = 576, k = 3584;
+		size_t b1 = (size_t)n1 * k * 2, b2 = (size_t)n2 * k * 2;
+		uint16_t *w1 = lab_half(b1 / 2, 9, false), *w2 = lab_half(b2 / 2, 10, false);
+		float *x = lab_f32((size_t)k, 11), *y1 = (float *)lab_alloc((size_t)n1 * 4);
+		float *y2 = (float *)lab_alloc((size_t)n2 * 4);
+		LAB_CK(cudaDeviceSynchronize());
+		const char *nm = "attn_q_a+kv_a_BF16_1344x3584";
+		if (L.run_old)
+			lab_row(&L, "gemv", "old", nm, (double)(b1 + b2), lab_time_us(&L, [&] {
+					x4d_317::gemv(X4_T_BF16, w1, n1, k, x, y1, L.s);
+					x4d_317::gemv(X4_T_BF16, w2, n2, k, x, y2, L.s);
+				}));
+		if (L.run_new)
+			lab_row(&L, "gemv", "new", nm, (double)(b1 + b2), lab_time_us(&L, [&] {
+					if (x4k_gemv2(X4_T_BF16, w1, n1, y1, w2, n2, y2, k, x, L.s, &e)) {
+						fprintf(stderr, "gemv2: %s\n", e.msg);
+						exit(1);
+					}
+				}));
 	}
 	return 0;
 }
