@@ -215,9 +215,8 @@ static int moe(const fwd *f, int b, x4k_moe_routes *r)
 	int rc = x4k_moe_routes_init(r, w->routes_ws, w->routes_ws_bytes, T, k, c->n_expert,
 				     x4k_moe_tile(T, k), f->e);
 	const float *out = NULL;
-	if (rc || (rc = x4k_moe_router(r, w->xh, c->n_embd, d->ffn_gate_inp, d->exp_probs_b,
-				       c->expert_scale, c->expert_norm, f->s, f->e)) ||
-	    (rc = x4k_moe_route_table(r, f->s, f->e)) ||
+	if (rc || (rc = x4k_moe_router_table(r, w->xh, c->n_embd, d->ffn_gate_inp, d->exp_probs_b,
+					     c->expert_scale, c->expert_norm, f->s, f->e)) ||
 	    (rc = x4k_moe_experts(r, hw->ffn_gate_exps->type, w->xh, c->n_embd, c->n_ff_exp,
 				  d->ffn_gate_exps, d->ffn_up_exps, d->ffn_down_exps, w->exp_ws,
 				  w->exp_ws_bytes, &out, f->s, f->e)))

@@ -106,6 +106,12 @@ int x4k_moe_router(const x4k_moe_routes *r, const float *x, int d, const float *
 		   const float *bias, float scale, bool norm, cudaStream_t s,
 		   x4_err *e);
 
+/* x4k_moe_router then x4k_moe_route_table, in the fewest launches: up to 4
+ * tokens and 32 routes (the decode step) the selection's block also builds
+ * the table (two launches instead of three), with the same contents. */
+int x4k_moe_router_table(const x4k_moe_routes *r, const float *x, int d, const float *w_r,
+			 const float *bias, float scale, bool norm, cudaStream_t s, x4_err *e);
+
 /* counts, offsets, route, the tile list and n_tiles from r->sel, on the
  * device (no read-back): a stable counting sort, so the table depends only
  * on sel.  An expert id outside [0, n_expert) is dropped. */

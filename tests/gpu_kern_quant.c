@@ -714,6 +714,31 @@ static void test_router(int n_tok, int d, int E, int k, uint64_t seed, int tie)
 		printf("#   %s: %d tokens differ from the reference by a near tie only\n", cas, near);
 	if (!tie)
 		check_table(cas, &r, sel);
+	{ /* x4k_moe_router_table: the same sel and wts bits, and a valid table */
+		void *rws2 = dalloc(rb);
+		x4k_moe_routes r2;
+		int32_t *sel2 = xmalloc(nr * 4);
+		float *wts2 = xmalloc(nr * 4);
+		int rc2 = x4k_moe_routes_init(&r2, rws2, rb, n_tok, k, E, tile, &err);
+		if (!rc2) {
+			poison(rws2, rb);
+			rc2 = x4k_moe_router_table(&r2, dx, d, dwr, db, 2.0f, true, st, &err);
+		}
+		if (!rc2)
+			rc2 = x4_cuda_check(cudaStreamSynchronize(st), "router_table", &err);
+		if (!rc2) {
+			down(sel2, r2.sel, nr * 4);
+			down(wts2, r2.wts, nr * 4);
+		}
+		char nm[80];
+		snprintf(nm, sizeof nm, "moe router_table = router + route_table%s", tie ? " (tie)" : "");
+		T_OK(!rc2 && !memcmp(sel, sel2, nr * 4) && !memcmp(wts, wts2, nr * 4), nm, "%s: %s", cas,
+		     rc2 ? err.msg : "sel or wts differ");
+		if (!rc2)
+			check_table(cas, &r2, sel2);
+		x4_dev_free(rws2);
+		free(sel2), free(wts2);
+	}
 out:
 	x4_dev_free(dx), x4_dev_free(dwr), x4_dev_free(db), x4_dev_free(rws);
 	free(x), free(wr), free(b), free(sel), free(rsel), free(wts), free(rwts), free(score), free(lmag);
