@@ -285,6 +285,44 @@ gemv_iq4_kernel(const uint8_t *__restrict__ w, int n, int k, const float4 *__res
 	}
 }
 
+/* h = silu(W_gate x) * (W_up x) for one token: gemv_iq4_kernel with the
+ * gate and up rows of a lane's group read together (they share x), the
+ * SwiGLU product in fp32 as x4k_swiglu forms it.  A row's two sums run
+ * exactly as gemv_iq4_kernel's. */
+__global__ void __launch_bounds__(IQ_THREADS)
+gemv_iq4_swiglu_kernel(const uint8_t *__restrict__ wg, const uint8_t *__restrict__ wu, int n,
+		       int k, const float4 *__restrict__ x, float *__restrict__ h)
+{
+	__shared__ float part[2][IQ_THREADS]; /* [gate | up][row of the block][group] */
+	const int NG = k / 256, S = IQ_THREADS / NG, t = threadIdx.x;
+	const int s = t / NG, g = t % NG;
+	const size_t rb = (size_t)(k / 32) * 18;
+	if (s >= S) { /* an idle lane still waits: h is written after its barrier */
+		x4p::trigger();
+		x4p::wait();
+	} else {
+		const size_t at = (size_t)min((int)blockIdx.x * S + s, n - 1) * rb + 144 * (size_t)g;
+		const uint4 *const wp[2] = { reinterpret_cast<const uint4 *>(wg + at),
+					     reinterpret_cast<const uint4 *>(wu + at) };
+		float acc[2] = { 0.f, 0.f };
+		iq4_group_dot<2, true>(wp, x + 64 * g, acc); /* waits between its weight and x loads */
+		part[0][s * NG + g] = acc[0];
+		part[1][s * NG + g] = acc[1];
+	}
+	__syncthreads();
+	if (t < S) {
+		const int row = blockIdx.x * S + t;
+		if (row < n) {
+			float a = part[0][t * NG], b = part[1][t * NG];
+			for (int q = 1; q < NG; q++) {
+				a = __fadd_rn(a, part[0][t * NG + q]);
+				b = __fadd_rn(b, part[1][t * NG + q]);
+			}
+			h[row] = silu(a) * b;
+		}
+	}
+}
+
 /* R 2 (two rows share x) when that still leaves two blocks an SM of the
  * H200's 132, else 1. */
 static bool gemv_iq4_launch(const void *w, int n, int k, const float *x, float *y, cudaStream_t s)
@@ -480,4 +518,32 @@ extern "C" int x4k_gemv2(int type, const void *w1, int n1, float *y1, const void
 		return x4k_gemv(type, w2, n2, k, x, y2, s, e);
 	}
 	return x4_cuda_launched("x4k_gemv2: launch", e);
+}
+
+extern "C" int x4k_gemv_swiglu(int type, const void *w_gate, const void *w_up, int n, int k,
+			       const float *x, float *g, float *u, float *h, cudaStream_t s, x4_err *e)
+{
+	int rc = check_matrix("x4k_gemv_swiglu gate", type, w_gate, n, k, e);
+	if (!rc)
+		rc = check_matrix("x4k_gemv_swiglu up", type, w_up, n, k, e);
+	if (rc)
+		return rc;
+	if (!x || !h)
+		return x4_err_set(e, X4_EINVAL, "x4k_gemv_swiglu: NULL input or output");
+	if (n == 0)
+		return 0;
+	if (type == X4_T_IQ4_NL && k % 256 == 0 && k / 256 <= IQ_THREADS && !((uintptr_t)w_gate & 15) &&
+	    !((uintptr_t)w_up & 15) && !((uintptr_t)x & 15)) {
+		const int S = IQ_THREADS / (k / 256);
+		x4p::launch(gemv_iq4_swiglu_kernel, dim3((unsigned)((n + S - 1) / S)), dim3(IQ_THREADS), 0,
+			    s, static_cast<const uint8_t *>(w_gate), static_cast<const uint8_t *>(w_up), n,
+			    k, reinterpret_cast<const float4 *>(x), h);
+		return x4_cuda_launched("x4k_gemv_swiglu: launch", e);
+	}
+	if (!g || !u)
+		return x4_err_set(e, X4_EINVAL, "x4k_gemv_swiglu: %s %d x %d takes the scratch g and u",
+				  x4_type_name(type), n, k);
+	if ((rc = x4k_gemv(type, w_gate, n, k, x, g, s, e)) || (rc = x4k_gemv(type, w_up, n, k, x, u, s, e)))
+		return rc;
+	return x4k_swiglu(n, g, u, h, s, e);
 }

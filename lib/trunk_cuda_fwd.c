@@ -196,8 +196,12 @@ static int swiglu_ffn(const fwd *f, const x4_gguf_tensor *hg, const void *dg,
 {
 	x4_cuda_ws *w = f->w;
 	int rc;
-	if ((rc = mm(f, hg, dg, w->xh, w->g)) || (rc = mm(f, hu, du, w->xh, w->u)) ||
-	    (rc = x4k_swiglu((int64_t)f->T * (int64_t)hg->ne[1], w->g, w->u, w->h, f->s, f->e)))
+	if (f->T == 1 && hg->type == hu->type && hg->ne[0] == hu->ne[0] && hg->ne[1] == hu->ne[1])
+		rc = x4k_gemv_swiglu(hg->type, dg, du, (int)hg->ne[1], (int)hg->ne[0], w->xh, w->g, w->u,
+				     w->h, f->s, f->e);
+	else if (!(rc = mm(f, hg, dg, w->xh, w->g)) && !(rc = mm(f, hu, du, w->xh, w->u)))
+		rc = x4k_swiglu((int64_t)f->T * (int64_t)hg->ne[1], w->g, w->u, w->h, f->s, f->e);
+	if (rc)
 		return rc;
 	return mm(f, hd, dd, w->h, out);
 }

@@ -53,6 +53,14 @@ int x4k_gemv(int type, const void *w, int n, int k, const float *x, float *y,
 int x4k_gemv2(int type, const void *w1, int n1, float *y1, const void *w2, int n2, float *y2,
 	      int k, const float *x, cudaStream_t s, x4_err *e);
 
+/* h = silu(W_gate x) * (W_up x) for one token ([n]), the SwiGLU product in
+ * fp32 as x4k_swiglu forms it: one launch for IQ4_NL with k % 256 == 0 and
+ * 16-byte aligned weights and x (each sum the same bits as x4k_gemv's);
+ * otherwise x4k_gemv into the scratch g and u ([n] each, needed then),
+ * then x4k_swiglu. */
+int x4k_gemv_swiglu(int type, const void *w_gate, const void *w_up, int n, int k, const float *x,
+		    float *g, float *u, float *h, cudaStream_t s, x4_err *e);
+
 /* Y = X W^T for n_tok tokens: x [n_tok][k], y [n_tok][n].  A weight tile is
  * dequantized once into shared memory and reused across 64 tokens. */
 int x4k_gemm(int type, const void *w, int n, int k, int n_tok, const float *x,

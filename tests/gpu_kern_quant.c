@@ -286,6 +286,68 @@ static void run_gemv2(int type, int n1, int n2, int k, uint64_t seed)
 	free(w1), free(w2), free(x);
 }
 
+/* x4k_gemv_swiglu: h = silu(W_gate x) * (W_up x).  Bit for bit against
+ * two x4k_gemv and x4k_swiglu (the fused kernel runs the same sums and the
+ * same product), and against the reference: the gate's and up's errors
+ * (TOL * their mag) carried through silu (|silu'| <= 1.1) and the product,
+ * plus the product's own rounding (8 ulps of |h|, as test_swiglu). */
+static void run_gemv_swiglu(int type, int n, int k, uint64_t seed)
+{
+	char cas[200];
+	snprintf(cas, sizeof cas, "op gemv_swiglu type %s rows %d cols %d seed %llu", x4_type_name(type),
+		 n, k, (unsigned long long)seed);
+	rng_s = seed;
+	size_t wb = x4_type_bytes(type, (uint64_t)n * k);
+	uint8_t *wg = xmalloc(wb), *wu = xmalloc(wb);
+	fill_weights(type, wg, (size_t)n, k);
+	fill_weights(type, wu, (size_t)n, k);
+	float *x = xmalloc((size_t)k * 4);
+	fill_x(x, (size_t)k);
+	void *dwg = dup_dev(wg, wb), *dwu = dup_dev(wu, wb);
+	float *dx = dup_dev(x, (size_t)k * 4);
+	float *dg = dalloc((size_t)n * 4), *du = dalloc((size_t)n * 4), *dh = dalloc((size_t)n * 4);
+	float *dh2 = dalloc((size_t)n * 4);
+	poison(dh, (size_t)n * 4);
+	int rc = x4k_gemv_swiglu(type, dwg, dwu, n, k, dx, dg, du, dh, st, &err);
+	if (!rc)
+		rc = x4k_gemv(type, dwg, n, k, dx, dg, st, &err);
+	if (!rc)
+		rc = x4k_gemv(type, dwu, n, k, dx, du, st, &err);
+	if (!rc)
+		rc = x4k_swiglu(n, dg, du, dh2, st, &err);
+	if (!rc)
+		rc = x4_cuda_check(cudaStreamSynchronize(st), "kernel", &err);
+	if (rc) {
+		T_OK(0, "gemv_swiglu", "%s: %s", cas, err.msg);
+	} else {
+		float *h = xmalloc((size_t)n * 4), *h2 = xmalloc((size_t)n * 4);
+		float *rg = xmalloc((size_t)n * 4), *ru = xmalloc((size_t)n * 4);
+		float *mg = xmalloc((size_t)n * 4), *mu = xmalloc((size_t)n * 4);
+		float *rh = xmalloc((size_t)n * 4), *mh = xmalloc((size_t)n * 4);
+		down(h, dh, (size_t)n * 4);
+		down(h2, dh2, (size_t)n * 4);
+		T_OK(!memcmp(h, h2, (size_t)n * 4), "gemv_swiglu = gemv, gemv, swiglu, bit for bit", "%s",
+		     cas);
+		if (x4r_gemv(type, wg, n, k, x, rg, mg, &err) || x4r_gemv(type, wu, n, k, x, ru, mu, &err)) {
+			T_OK(0, "gemv_swiglu", "%s: reference: %s", cas, err.msg);
+		} else {
+			for (int i = 0; i < n; i++) {
+				double g = rg[i], sg = g / (1.0 + exp(-g));
+				rh[i] = (float)(sg * ru[i]);
+				mh[i] = (float)(1.1 * mg[i] * fabs(ru[i]) + fabs(sg) * mu[i] +
+						fabs(sg * ru[i]) * (8 * 0x1p-24 / TOL));
+			}
+			char name[64];
+			snprintf(name, sizeof name, "gemv_swiglu %s", x4_type_name(type));
+			compare(name, cas, h, rh, mh, (size_t)n);
+		}
+		free(h), free(h2), free(rg), free(ru), free(mg), free(mu), free(rh), free(mh);
+	}
+	x4_dev_free(dwg), x4_dev_free(dwu), x4_dev_free(dx), x4_dev_free(dg), x4_dev_free(du);
+	x4_dev_free(dh), x4_dev_free(dh2);
+	free(wg), free(wu), free(x);
+}
+
 static int cmp_float(const void *a, const void *b)
 {
 	float x = *(const float *)a, y = *(const float *)b;
@@ -935,6 +997,15 @@ int main(void)
 	run_gemv2(X4_T_BF16, 6144, 3584, 4096, 5004);
 	run_gemv2(X4_T_BF16, 5, 3, 13, 5005); /* odd k: the staged kernel, two launches */
 	run_gemv2(X4_T_IQ4_NL, 1024, 1024, 3584, 5006);
+
+	/* gate, up and SwiGLU in one launch: tiny (one and three groups), the
+	 * shared expert's and the dense FFN's shapes, and the fallbacks */
+	run_gemv_swiglu(X4_T_IQ4_NL, 7, 256, 6001);
+	run_gemv_swiglu(X4_T_IQ4_NL, 37, 768, 6002);
+	run_gemv_swiglu(X4_T_IQ4_NL, 1024, 3584, 6003);
+	run_gemv_swiglu(X4_T_IQ4_NL, 9216, 3584, 6004);
+	run_gemv_swiglu(X4_T_IQ4_NL, 7, 96, 6005); /* k % 256: three launches */
+	run_gemv_swiglu(X4_T_BF16, 7, 200, 6006);
 
 	test_swiglu();
 	test_moe();

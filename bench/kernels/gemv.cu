@@ -3,7 +3,8 @@
  * (x4k_gemv): the staged kernel of 317feb9 (old/quant_dev_317.cuh) against
  * the library's (new: BF16 split-K, the IQ4_NL register core, Q6_K staged)
  * at every shape of the model's decode step, and q_a with kv_a in one
- * launch (x4k_gemv2), L2 flushed between repetitions.  Bytes are the weights' (x and y add under 0.2%).
+ * launch (x4k_gemv2), and gate, up and SwiGLU in one launch
+ * (x4k_gemv_swiglu), L2 flushed between repetitions.  Bytes are the weights' (x and y add under 0.2%).
  *
  *   make bench-kernels CUDA_ARCH=90 && build/bench/gemv [old|new|all]
  */
@@ -75,6 +76,40 @@ int main(int argc, char **argv)
 						exit(1);
 					}
 				}));
+	}
+	{ /* gate, up and SwiGLU: three launches (old), one (x4k_gemv_swiglu) */
+		const int shapes2[2][2] = { { 1024, 3584 }, { 9216, 3584 } };
+		for (const auto &sh : shapes2) {
+			const int n = sh[0], k = sh[1];
+			size_t wb = x4_type_bytes(X4_T_IQ4_NL, (uint64_t)n * k);
+			void *wg = lab_alloc(wb), *wu = lab_alloc(wb);
+			lab_bytes(wg, wb, 12);
+			lab_bytes(wu, wb, 13);
+			float *x = lab_f32((size_t)k, 14), *g = (float *)lab_alloc((size_t)n * 4);
+			float *u = (float *)lab_alloc((size_t)n * 4), *h = (float *)lab_alloc((size_t)n * 4);
+			LAB_CK(cudaDeviceSynchronize());
+			char nm[96];
+			snprintf(nm, sizeof nm, "gate+up+swiglu_IQ4_NL_2x%dx%d", n, k);
+			if (L.run_old)
+				lab_row(&L, "gemv", "old", nm, 2.0 * wb, lab_time_us(&L, [&] {
+						x4d_317::gemv(X4_T_IQ4_NL, wg, n, k, x, g, L.s);
+						x4d_317::gemv(X4_T_IQ4_NL, wu, n, k, x, u, L.s);
+						x4k_swiglu(n, g, u, h, L.s, &e);
+					}));
+			if (L.run_new)
+				lab_row(&L, "gemv", "new", nm, 2.0 * wb, lab_time_us(&L, [&] {
+						if (x4k_gemv_swiglu(X4_T_IQ4_NL, wg, wu, n, k, x, g, u, h, L.s, &e)) {
+							fprintf(stderr, "gemv_swiglu: %s\n", e.msg);
+							exit(1);
+						}
+					}));
+			LAB_CK(cudaFree(wg));
+			LAB_CK(cudaFree(wu));
+			LAB_CK(cudaFree(x));
+			LAB_CK(cudaFree(g));
+			LAB_CK(cudaFree(u));
+			LAB_CK(cudaFree(h));
+		}
 	}
 	return 0;
 }
