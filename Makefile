@@ -24,6 +24,11 @@ NVFLAGS  := -O3 -std=c++17 -Ilib -Xcompiler -Wall,-Wno-unused-parameter -MMD -MP
             $(foreach a,$(CUDA_ARCH),-gencode=arch=compute_$(a),code=sm_$(a)) \
             -gencode=arch=compute_$(lastword $(CUDA_ARCH)),code=compute_$(lastword $(CUDA_ARCH))
 
+# X4_PDL=1: programmatic dependent launch on from the start (kernels/pdl.cuh).
+ifeq ($(X4_PDL),1)
+  NVFLAGS += -DX4_PDL_DEFAULT=1
+endif
+
 ifneq ($(NVCC),)
   CFLAGS += -DX4_HAVE_CUDA -I$(CUDA_HOME)/include
   LDLIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lstdc++

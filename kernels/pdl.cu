@@ -6,8 +6,14 @@
 
 #include "pdl.cuh"
 
+/* `make X4_PDL=1` builds with the lever on from the start (for pricing it
+ * end to end); otherwise x4k_pdl_set turns it on. */
+#ifndef X4_PDL_DEFAULT
+#define X4_PDL_DEFAULT 0
+#endif
+
 namespace {
-std::atomic<int> pdl_on{ 0 };
+std::atomic<int> pdl_on{ X4_PDL_DEFAULT };
 constexpr int MAX_DEV = 64;
 std::atomic<int> dev_cc[MAX_DEV]; /* 0: not looked up; else the major version + 1 */
 }

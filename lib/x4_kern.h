@@ -35,7 +35,8 @@ extern "C" {
 /* Programmatic dependent launch for the decode step's kernels (compute
  * capability 9.0 and later; kernels/pdl.cuh): process-wide, off until set;
  * a graph keeps the setting it was captured with.  The arithmetic does not
- * change: the results are the same bits either way. */
+ * change: the results are the same bits either way.  `make X4_PDL=1` builds
+ * with it on from the start. */
 void x4k_pdl_set(int on);
 int x4k_pdl_get(void);
 
