@@ -10,11 +10,21 @@
 
 namespace {
 
-/* y[t][b][r] = sum_k W[b][r][k] x[t][b][k], k <= 64 * NP and even. */
+/* The RoPE of x4k_rope fused into the absorb's launch (x4k_mla_absorb_q_rope):
+ * the pairs at in_off of x's vector b go to out_off of y's; omega NULL:
+ * none. */
+struct rope_job {
+	const float *omega;
+	const int *pos;
+	int half, in_off, out_off;
+};
+
+/* y[t][b][r] = sum_k W[b][r][k] x[t][b][k], k <= 64 * NP and even; with a
+ * rope job, the grid's last column of blocks does it for vector b. */
 template <int NP>
 __global__ void __launch_bounds__(256)
 bmv_kernel(int rows, int k, const uint16_t *__restrict__ W, int n_tok, const float *__restrict__ x,
-	   long x_tok, int x_b, float *__restrict__ y, long y_tok, int y_b)
+	   long x_tok, int x_b, float *__restrict__ y, long y_tok, int y_b, rope_job rj)
 {
 	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 	const int r = blockIdx.x * 8 + warp, b = blockIdx.y, kp = k / 2;
@@ -27,6 +37,17 @@ bmv_kernel(int rows, int k, const uint16_t *__restrict__ W, int n_tok, const flo
 	}
 	x4p::trigger();
 	x4p::wait(); /* every thread, before its row check returns (pdl.cuh) */
+	if (rj.omega && blockIdx.x == gridDim.x - 1) { /* as rope_kernel, pair by pair */
+		for (int i = threadIdx.x; i < n_tok * rj.half; i += blockDim.x) {
+			const int t = i / rj.half, j = i % rj.half;
+			const float *z = x + t * x_tok + (long)b * x_b + rj.in_off;
+			float *o = y + t * y_tok + (long)b * y_b + rj.out_off;
+			float2 q = x4c::rope_pair(z[2 * j], z[2 * j + 1], *rj.pos + t, rj.omega[j]);
+			o[2 * j] = q.x;
+			o[2 * j + 1] = q.y;
+		}
+		return;
+	}
 	if (r >= rows)
 		return;
 	for (int t = 0; t < n_tok; t++) {
@@ -48,19 +69,20 @@ bmv_kernel(int rows, int k, const uint16_t *__restrict__ W, int n_tok, const flo
 }
 
 int bmv(int batch, int rows, int k, const uint16_t *W, int n_tok, const float *x, long x_tok,
-	int x_b, float *y, long y_tok, int y_b, cudaStream_t s, const char *who, x4_err *e)
+	int x_b, float *y, long y_tok, int y_b, cudaStream_t s, const char *who, x4_err *e,
+	rope_job rj = rope_job{ nullptr, nullptr, 0, 0, 0 })
 {
-	dim3 grid((rows + 7) / 8, batch);
+	dim3 grid((rows + 7) / 8 + (rj.omega ? 1 : 0), batch);
 	int np = (k / 2 + 31) / 32;
 	const dim3 b(256);
 	if (np <= 1)
-		x4p::launch(bmv_kernel<1>, grid, b, 0, s, rows, k, W, n_tok, x, x_tok, x_b, y, y_tok, y_b);
+		x4p::launch(bmv_kernel<1>, grid, b, 0, s, rows, k, W, n_tok, x, x_tok, x_b, y, y_tok, y_b, rj);
 	else if (np <= 2)
-		x4p::launch(bmv_kernel<2>, grid, b, 0, s, rows, k, W, n_tok, x, x_tok, x_b, y, y_tok, y_b);
+		x4p::launch(bmv_kernel<2>, grid, b, 0, s, rows, k, W, n_tok, x, x_tok, x_b, y, y_tok, y_b, rj);
 	else if (np <= 4)
-		x4p::launch(bmv_kernel<4>, grid, b, 0, s, rows, k, W, n_tok, x, x_tok, x_b, y, y_tok, y_b);
+		x4p::launch(bmv_kernel<4>, grid, b, 0, s, rows, k, W, n_tok, x, x_tok, x_b, y, y_tok, y_b, rj);
 	else
-		x4p::launch(bmv_kernel<8>, grid, b, 0, s, rows, k, W, n_tok, x, x_tok, x_b, y, y_tok, y_b);
+		x4p::launch(bmv_kernel<8>, grid, b, 0, s, rows, k, W, n_tok, x, x_tok, x_b, y, y_tok, y_b, rj);
 	return x4_cuda_launched(who, e);
 }
 
@@ -83,6 +105,24 @@ extern "C" int x4k_mla_absorb_q(int n_tok, int n_head, int kv_lora, int d_nope, 
 	int dqk = d_nope + d_rope, cw = kv_lora + d_rope;
 	return bmv(n_head, kv_lora, d_nope, w_kb, n_tok, q, (long)n_head * dqk, dqk, qt,
 		   (long)n_head * cw, cw, s, "x4k_mla_absorb_q: launch", e);
+}
+
+extern "C" int x4k_mla_absorb_q_rope(int n_tok, int n_head, int kv_lora, int d_nope, int d_rope,
+				     const uint16_t *w_kb, const float *q, float *qt, const float *omega,
+				     const int *pos, cudaStream_t s, x4_err *e)
+{
+	if (n_tok < 0 || n_head < 1 || n_head > 65535 || kv_lora < 1 || d_nope < 2 ||
+	    d_nope > 512 || d_nope % 2 || d_rope < 2 || d_rope % 2 || (long)n_tok * d_rope > (1L << 30))
+		return x4_err_set(e, X4_EINVAL, "x4k_mla_absorb_q_rope: bad shape (%d heads, kv_lora %d, "
+				  "nope %d (even, <= 512), rope %d (even))", n_head, kv_lora, d_nope, d_rope);
+	if (n_tok == 0)
+		return 0;
+	if (!w_kb || !q || !qt || !omega || !pos || !aligned8(q) || ((uintptr_t)w_kb & 3))
+		return x4_err_set(e, X4_EINVAL, "x4k_mla_absorb_q_rope: NULL or misaligned buffer");
+	int dqk = d_nope + d_rope, cw = kv_lora + d_rope;
+	return bmv(n_head, kv_lora, d_nope, w_kb, n_tok, q, (long)n_head * dqk, dqk, qt,
+		   (long)n_head * cw, cw, s, "x4k_mla_absorb_q_rope: launch", e,
+		   rope_job{ omega, pos, d_rope / 2, d_nope, kv_lora });
 }
 
 extern "C" int x4k_mla_expand_v(int n_tok, int n_head, int kv_lora, int d_v, const uint16_t *w_vb,

@@ -173,10 +173,8 @@ static int mla(const fwd *f, int b)
 	    (rc = x4k_kv_store(T, kvl, dr, w->kva, d->attn_kv_a_norm, eps, w->omega, w->pos, cache,
 			       t->max_ctx, f->s, f->e)) ||
 	    (rc = mm(f, hw->attn_q_b, d->attn_q_b, w->cq, w->q)) ||
-	    (rc = x4k_rope(T, nh, dr, w->q + c->d_nope, (long)nh * c->d_qk, c->d_qk, w->qt + kvl,
-			   (long)nh * cw, cw, w->omega, w->pos, f->s, f->e)) ||
-	    (rc = x4k_mla_absorb_q(T, nh, kvl, c->d_nope, dr, d->attn_k_b, w->q, w->qt, f->s,
-				   f->e)))
+	    (rc = x4k_mla_absorb_q_rope(T, nh, kvl, c->d_nope, dr, d->attn_k_b, w->q, w->qt,
+					w->omega, w->pos, f->s, f->e)))
 		return rc;
 	if (T == 1)
 		rc = x4k_mla_decode(nh, kvl, dr, w->qt, cache, t->max_ctx, w->pos, c->kq_scale, w->ob,

@@ -252,6 +252,11 @@ int x4k_kv_store(int n_tok, int kv_lora, int d_rope, const float *kva, const flo
 int x4k_mla_absorb_q(int n_tok, int n_head, int kv_lora, int d_nope, int d_rope,
 		     const uint16_t *w_kb, const float *q, float *qt, cudaStream_t s,
 		     x4_err *e);
+/* x4k_mla_absorb_q and x4k_rope of q's rope part (q[t][h][d_nope..] into
+ * qt[t][h][kv_lora..], at *pos + t) in one launch, the same arithmetic. */
+int x4k_mla_absorb_q_rope(int n_tok, int n_head, int kv_lora, int d_nope, int d_rope,
+			  const uint16_t *w_kb, const float *q, float *qt, const float *omega,
+			  const int *pos, cudaStream_t s, x4_err *e);
 /* o[t][h][j] = sum_c W_vb[h][j][c] ob[t][h][c]. */
 int x4k_mla_expand_v(int n_tok, int n_head, int kv_lora, int d_v, const uint16_t *w_vb,
 		     const float *ob, float *o, cudaStream_t s, x4_err *e);

@@ -791,6 +791,32 @@ static void absorb_case(int n_tok, int n_head, int kv_lora, int d_nope, int d_ro
 	check("absorb_q", shape, g, r, NULL, nob, 1e-5, 0, NORMWISE);
 	T_OK(tail, "absorb_q leaves the rope part", "%s", shape);
 	check("expand_v", shape, go, ro, NULL, no, 1e-5, 0, NORMWISE);
+	{ /* absorb and the q rope in one launch: the bits of absorb_q then rope */
+		float *om = omega_of(d_rope), *dom = dput(om, sizeof(float) * (size_t)(d_rope / 2));
+		int *dpos = dint(1000 + n_tok);
+		float *dqt2 = dpoison(nqt * 4), *g1 = hmalloc(nqt * 4), *g2 = hmalloc(nqt * 4);
+		repoison(dqt, nqt * 4);
+		rc = x4k_mla_absorb_q(n_tok, n_head, kv_lora, d_nope, d_rope, dkb, dq, dqt, st, &err);
+		if (!rc)
+			rc = x4k_rope(n_tok, n_head, d_rope, dq + d_nope, (long)n_head * dqk, dqk,
+				      dqt + kv_lora, (long)n_head * cw, cw, dom, dpos, st, &err);
+		int rc2 = x4k_mla_absorb_q_rope(n_tok, n_head, kv_lora, d_nope, d_rope, dkb, dq, dqt2, dom,
+						dpos, st, &err);
+		dget(g1, dqt, nqt * 4);
+		dget(g2, dqt2, nqt * 4);
+		T_OK(rc == 0 && rc2 == 0 && !memcmp(g1, g2, nqt * 4), "absorb_q_rope = absorb_q, rope",
+		     "%s: %s", shape, rc || rc2 ? err.msg : "other bits");
+		bool written = true;
+		for (size_t i = 0; i < nqt; i++)
+			written = written && !isnan(g2[i]);
+		T_OK(written, "absorb_q_rope writes all of qt", "%s", shape);
+		x4_dev_free(dom);
+		x4_dev_free(dpos);
+		x4_dev_free(dqt2);
+		free(om);
+		free(g1);
+		free(g2);
+	}
 	if (time) {
 		TIME("absorb q (1 token, 32 x 512x128 BF16)",
 		     x4k_mla_absorb_q(1, n_head, kv_lora, d_nope, d_rope, dkb, dq, dqt, st, &err));
