@@ -322,19 +322,22 @@ hc_split_kernel(x4k_hc_cfg c, const float *H, const uint16_t *__restrict__ fn,
 	/* 2. the state the gate sees at columns c0.., the update fused in front */
 	const float *Ht = H + (size_t)tok * K;
 	float *Ho = y_prev ? H_out + (size_t)tok * K : nullptr;
+	const int col = c0 + tid;
+	float h[NHC], yv = 0.f; /* loaded before the coefficients' barrier: one round */
+#pragma unroll
+	for (int s = 0; s < NHC; s++)
+		h[s] = tid < HC_CW && col < D ? Ht[(size_t)s * D + col] : 0.f;
+	if (y_prev && tid < HC_CW && col < D)
+		yv = y_prev[(size_t)tok * D + col];
 	if (y_prev) { /* uniform over the block */
 		if (tid < NC)
 			s_cp[tid] = coef_prev[(size_t)tok * NC + tid];
 		__syncthreads();
 	}
 	if (tid < HC_CW) {
-		const int col = c0 + tid;
-		float h[NHC], o[NHC];
-#pragma unroll
-		for (int s = 0; s < NHC; s++)
-			h[s] = col < D ? Ht[(size_t)s * D + col] : 0.f;
+		float o[NHC];
 		if (y_prev && col < D) {
-			x4c::hc_update<NHC>(s_cp, y_prev[(size_t)tok * D + col], h, o);
+			x4c::hc_update<NHC>(s_cp, yv, h, o);
 #pragma unroll
 			for (int s = 0; s < NHC; s++) {
 				Ho[(size_t)s * D + col] = o[s];
@@ -389,13 +392,31 @@ hc_split_kernel(x4k_hc_cfg c, const float *H, const uint16_t *__restrict__ fn,
 	/* 4. the last block: the partials summed a warp a value, lane-strided
 	 * in block order and then one shuffle tree, so the bits do not depend
 	 * on which block came last */
-	for (int v = warp; v < NR; v += NW) {
-		float t = 0.f;
-		for (int b = lane; b < nb; b += 32)
-			t += __ldcg(part + ((size_t)tok * nb + b) * NR + v);
-		t = x4c::warp_sum(t);
-		if (lane == 0)
-			s_tot[v] = t;
+	constexpr int VPW = (NR + NW - 1) / NW, BPL = 4; /* values a warp; partials a lane a round */
+	float t[VPW];
+#pragma unroll
+	for (int q = 0; q < VPW; q++)
+		t[q] = 0.f;
+	for (int b0 = 0; b0 < nb; b0 += 32 * BPL) { /* one round of loads for every value of the warp */
+		float pv[VPW][BPL];
+#pragma unroll
+		for (int q = 0; q < VPW; q++)
+#pragma unroll
+			for (int j = 0; j < BPL; j++) {
+				const int v = warp + NW * q, b = b0 + lane + 32 * j;
+				pv[q][j] = v < NR && b < nb ? __ldcg(part + ((size_t)tok * nb + b) * NR + v) : 0.f;
+			}
+#pragma unroll
+		for (int q = 0; q < VPW; q++)
+#pragma unroll
+			for (int j = 0; j < BPL; j++)
+				t[q] += pv[q][j];
+	}
+#pragma unroll
+	for (int q = 0; q < VPW; q++) {
+		const float v = x4c::warp_sum(t[q]);
+		if (lane == 0 && warp + NW * q < NR)
+			s_tot[warp + NW * q] = v;
 	}
 	if (tid == 0)
 		count[tok] = 0; /* ready for the next call (and a graph replay) */
