@@ -844,6 +844,7 @@ static void absorb_case(int n_tok, int n_head, int kv_lora, int d_nope, int d_ro
 static void test_absorb(void)
 {
 	absorb_case(3, 3, 40, 10, 8, 6, 81, false);
+	absorb_case(3, 3, 64, 16, 8, 6, 84, false); /* the 16-byte path: 2 and 8 lanes a row, 6 rows */
 	absorb_case(1, full.n_head, full.kv_lora, full.d_nope, full.d_rope, full.d_v, 82, true);
 	absorb_case(64, full.n_head, full.kv_lora, full.d_nope, full.d_rope, full.d_v, 83, false);
 }
