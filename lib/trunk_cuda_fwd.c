@@ -168,10 +168,9 @@ static int mla(const fwd *f, int b)
 	int rc;
 	if ((rc = mm2(f, hw->attn_q_a, d->attn_q_a, w->cq, hw->attn_kv_a_mqa, d->attn_kv_a_mqa,
 		      w->kva, w->xh)) ||
-	    (rc = x4k_rmsnorm(T, c->q_lora, w->cq, c->q_lora, d->attn_q_a_norm, eps, w->cq,
-			      c->q_lora, f->s, f->e)) ||
-	    (rc = x4k_kv_store(T, kvl, dr, w->kva, d->attn_kv_a_norm, eps, w->omega, w->pos, cache,
-			       t->max_ctx, f->s, f->e)) ||
+	    (rc = x4k_kv_store_norm(T, kvl, dr, w->kva, d->attn_kv_a_norm, eps, w->omega, w->pos,
+				    cache, t->max_ctx, c->q_lora, w->cq, d->attn_q_a_norm, f->s,
+				    f->e)) ||
 	    (rc = mm(f, hw->attn_q_b, d->attn_q_b, w->cq, w->q)) ||
 	    (rc = x4k_mla_absorb_q_rope(T, nh, kvl, c->d_nope, dr, d->attn_k_b, w->q, w->qt,
 					w->omega, w->pos, f->s, f->e)))

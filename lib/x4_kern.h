@@ -247,6 +247,13 @@ int x4k_kv_store(int n_tok, int kv_lora, int d_rope, const float *kva, const flo
 		 float eps, const float *omega, const int *pos, uint16_t *cache, int max_ctx,
 		 cudaStream_t s, x4_err *e);
 
+/* x4k_kv_store and, in the same launch, the RMSNorm of q (x4k_rmsnorm with
+ * gain q_gain, eps, in place on q [n_tok][n_q]: the query's c_q norm).
+ * n_tok <= 65535. */
+int x4k_kv_store_norm(int n_tok, int kv_lora, int d_rope, const float *kva, const float *gain,
+		      float eps, const float *omega, const int *pos, uint16_t *cache, int max_ctx,
+		      int n_q, float *q, const float *q_gain, cudaStream_t s, x4_err *e);
+
 /* qt[t][h][c] = sum_n W_kb[h][c][n] q[t][h][n] for c < kv_lora (the rope part
  * of qt is left alone: x4k_rope writes it). */
 int x4k_mla_absorb_q(int n_tok, int n_head, int kv_lora, int d_nope, int d_rope,

@@ -726,6 +726,30 @@ static void kv_case(int n_tok, int kv_lora, int d_rope, int pos, int max_ctx, ui
 		if (i < (size_t)r0 * cw || i >= (size_t)r1 * cw)
 			guard = guard && got[i] == 0xffff;
 	T_OK(guard, "kv_store writes only its rows", "%s", shape);
+	{ /* with the query's norm in the same launch: the same cache bits, and q
+	   * normed in place (fp32, 1e-5 relative, as norm_case) */
+		const int nq = kv_lora + 37;
+		float *q = fvec((size_t)n_tok * nq, -3, 3), *qg = fvec((size_t)nq, 0.5f, 1.5f);
+		float *rq = hmalloc((size_t)n_tok * nq * 4), *gq = hmalloc((size_t)n_tok * nq * 4);
+		x4r_rmsnorm(n_tok, nq, q, nq, qg, 1e-6f, rq, nq);
+		float *dq = dput(q, (size_t)n_tok * nq * 4), *dqg = dput(qg, (size_t)nq * 4);
+		uint16_t *dc2 = dpoison(nc * 2), *got2 = hmalloc(nc * 2);
+		int rc2 = x4k_kv_store_norm(n_tok, kv_lora, d_rope, dkva, dg, 1e-6f, dom, dpos, dc2, max_ctx,
+					    nq, dq, dqg, st, &err);
+		dget(got2, dc2, nc * 2);
+		dget(gq, dq, (size_t)n_tok * nq * 4);
+		T_OK(rc2 == 0 && !memcmp(got, got2, nc * 2), "kv_store_norm cache = kv_store",
+		     "%s: %s", shape, rc2 ? err.msg : "other bits");
+		check("kv_store_norm q", shape, gq, rq, NULL, (size_t)n_tok * nq, 1e-5, 1e-30, ELEM);
+		x4_dev_free(dq);
+		x4_dev_free(dqg);
+		x4_dev_free(dc2);
+		free(q);
+		free(qg);
+		free(rq);
+		free(gq);
+		free(got2);
+	}
 	if (time)
 		TIME("kv_store (1 token, 512 + 64)",
 		     x4k_kv_store(1, kv_lora, d_rope, dkva, dg, 1e-6f, dom, dpos, dc, max_ctx, st, &err));
