@@ -42,6 +42,11 @@ NVFLAGS  := -O3 -std=c++17 -Ilib -Xcompiler -Wall,-Wno-unused-parameter -MMD -MP
             $(foreach a,$(CUDA_ARCH),-gencode=arch=compute_$(a),code=sm_$(a)) \
             -gencode=arch=compute_$(lastword $(CUDA_ARCH)),code=compute_$(lastword $(CUDA_ARCH))
 
+# X4_PDL=1: programmatic dependent launch on from the start (kernels/pdl.cuh).
+ifeq ($(X4_PDL),1)
+  NVFLAGS += -DX4_PDL_DEFAULT=1
+endif
+
 ifneq ($(NVCC),)
   X4_CFLAGS += -DX4_HAVE_CUDA -I$(CUDA_HOME)/include
   LDLIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lstdc++
@@ -61,7 +66,7 @@ GPU_TEST_SRC := $(wildcard tests/gpu_*.c)
 GPU_TESTS := $(if $(NVCC),$(GPU_TEST_SRC:tests/%.c=build/tests/%),)
 
 .PHONY: all tools tests test test-gpu venv corpus fuzz clean tiny print-nvcc asan check-opt \
-        install uninstall
+        install uninstall bench-kernels
 all: build/libx4.a $(TOOLS) tiny
 	@$(if $(NVCC),,echo "x4: nvcc not found: built the CPU parts only; skipped the CUDA kernels (kernels/*.cu) and the GPU tests")
 
@@ -102,7 +107,15 @@ build/tests/%: tests/%.c tests/t.h build/libx4.a
 # tests/helper_*.c: programs the Python oracles drive (not run on their own).
 HELPERS := $(patsubst tests/%.c,build/tests/%,$(wildcard tests/helper_*.c))
 tools: $(TOOLS)
-tests: $(TESTS) $(GPU_TESTS) $(HELPERS)
+# The kernel lab: one program an operation, old and new variants side by
+# side (bench/kernels/lab.h); bench/kernels/run.sh builds and runs them all.
+LAB_SRC := $(wildcard bench/kernels/*.cu)
+LAB := $(if $(NVCC),$(LAB_SRC:bench/kernels/%.cu=build/bench/%),)
+tests: $(TESTS) $(GPU_TESTS) $(HELPERS) $(LAB)
+bench-kernels: $(LAB)
+build/bench/%: bench/kernels/%.cu bench/kernels/lab.h build/libx4.a
+	@mkdir -p $(@D)
+	$(NVCC) $(NVFLAGS) -Ikernels -Ibench/kernels $< -o $@ build/libx4.a -lm -lpthread
 
 # The tiny checkpoint every test and the README's first command use.
 TINY := build/models/tiny/xing4_0-tiny.gguf

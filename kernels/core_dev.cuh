@@ -75,6 +75,15 @@ __device__ __forceinline__ float block_max(float v, float *red)
 	return t;
 }
 
+/* The fence of a last-block-finishes pattern (writer: stores, fence,
+ * atomic; last block: atomic, fence, loads).  acq_rel at GPU scope is what
+ * the pattern needs; __threadfence() compiles to the sequentially
+ * consistent MEMBAR.SC.GPU, a heavier fence on the gate's critical path. */
+__device__ __forceinline__ void fence_acq_rel_gpu()
+{
+	asm volatile("fence.acq_rel.gpu;" ::: "memory");
+}
+
 __device__ __forceinline__ float sigmoid(float z) { return 1.0f / (1.0f + expf(-z)); }
 
 /* docs/forward.md 5.1 step 4 for stream s of a token's projection m (already scaled by

@@ -1,14 +1,42 @@
 /*
  * gemv_quant.cu - decode matrix-vector products y = W x for IQ4_NL, Q6_K and
- * BF16 weights (x4_kern.h section 1).  A warp per row, eight rows a block;
+ * BF16 weights (x4_kern.h section 1).
+ *
+ * BF16 with k % 8 == 0 and 16-byte aligned w and x (every matrix of the
+ * model) takes gemv_bf16_kernel: weights straight into registers with
+ * 16-byte streaming loads, a lane 8 columns of a 256-column unit, the
+ * reduction split across the warps of a block (split-K inside the block,
+ * summed in warp order through shared memory: no atomics, the same bits
+ * every run) so that thin matrices (576 or 768 rows of 3584) still put
+ * 288-384 blocks and every byte of the matrix in flight at once.  At 317feb9
+ * the BF16 products ran near 1 TB/s, a warp a row, one row's chunks one
+ * dependent round at a time.
+ *
+ * IQ4_NL with k % 256 == 0 and 16-byte aligned w and x takes
+ * gemv_iq4_kernel: a lane an 8-block group of one or two rows, loaded in
+ * one round into registers and decoded without int-to-float conversions
+ * (quant_dev.cuh), a row's groups added in order through shared memory.
+ *
+ * Q6_K with k <= 4096 and rows of an even number of 210-byte blocks (4-byte
+ * aligned; the head's 3584 is 14) takes gemv_q6k_kernel: a warp a row staged whole in
+ * one round, x loaded once a block, the same sums as gemv_kernel.
+ *
+ * Everything else takes gemv_kernel: a warp per row, eight rows a block;
  * the row's bytes are staged through shared memory with 16-byte loads and
  * the x vector is held there in 1024-value chunks (quant_dev.cuh).
  */
 #include "cuda_check.h"
 #include "x4_kern.h"
 #include "quant_dev.cuh"
+#include "pdl.cuh"
 
 using namespace x4d;
+
+/* Two BF16 values packed in one 32-bit word (the lower address in the low half). */
+__device__ __forceinline__ float2 bf16x2w(uint32_t w)
+{
+	return make_float2(__uint_as_float(w << 16), __uint_as_float(w & 0xffff0000u));
+}
 
 template <int TYPE>
 __global__ void __launch_bounds__(GEMV_WARPS * 32)
@@ -28,6 +56,418 @@ gemv_kernel(const uint8_t *__restrict__ w, int n, int k, const float *__restrict
 		y[row] = acc[0][0];
 }
 
+/* ---- BF16, split-K inside the block ----
+ * Block: 8 warps = G row groups x WK warps (WK = 1 << wkl); row group g
+ * holds rows (blockIdx.x * G + g) * R .. + R - 1, and its warp kw sums
+ * units [kw U / WK, (kw + 1) U / WK) of the U = ceil(k / 256) units, NB
+ * units' loads (R rows each) in flight at a time.  Per row, a lane sums its
+ * columns in unit order, the warp in one shuffle tree, the WK warps in kw
+ * order. */
+constexpr int BF_UNIT = 256; /* columns a warp load: 32 lanes x 8 */
+
+__device__ __forceinline__ float dot8_bf16(uint4 w, float4 xa, float4 xb, float acc)
+{
+	const float2 a = bf16x2w(w.x), b = bf16x2w(w.y), c = bf16x2w(w.z), d = bf16x2w(w.w);
+	acc = __fmaf_rn(a.x, xa.x, acc);
+	acc = __fmaf_rn(a.y, xa.y, acc);
+	acc = __fmaf_rn(b.x, xa.z, acc);
+	acc = __fmaf_rn(b.y, xa.w, acc);
+	acc = __fmaf_rn(c.x, xb.x, acc);
+	acc = __fmaf_rn(c.y, xb.y, acc);
+	acc = __fmaf_rn(d.x, xb.z, acc);
+	return __fmaf_rn(d.y, xb.w, acc);
+}
+
+/* A finite float made from a loaded word (its sign and exponent cleared). */
+__device__ __forceinline__ float finite_of(uint32_t u) { return __uint_as_float(u & 0x007fffffu); }
+
+/* Makes every product of a batch wait for every load of it.  Left alone,
+ * the compiler puts each product right after its own load, so a lane's
+ * loads go one dependent round at a time; here z = +0 is formed from one
+ * word of every load and added to x, which changes no value (x + 0 = x,
+ * up to the sign of a zero) but gives each product all the loads as
+ * inputs, so they are all issued first. */
+template <int NB, int R>
+__device__ __forceinline__ void load_fence(const uint4 (&wq)[NB][R], float4 (&xa)[NB], float4 (&xb)[NB])
+{
+	float z = 0.f;
+#pragma unroll
+	for (int b = 0; b < NB; b++) {
+		z = __fmaf_rn(finite_of(__float_as_uint(xa[b].x)), 0.f, z);
+		z = __fmaf_rn(finite_of(__float_as_uint(xb[b].x)), 0.f, z);
+#pragma unroll
+		for (int r = 0; r < R; r++)
+			z = __fmaf_rn(finite_of(wq[b][r].w), 0.f, z);
+	}
+#pragma unroll
+	for (int b = 0; b < NB; b++) {
+		xa[b].x = __fadd_rn(xa[b].x, z), xa[b].y = __fadd_rn(xa[b].y, z);
+		xa[b].z = __fadd_rn(xa[b].z, z), xa[b].w = __fadd_rn(xa[b].w, z);
+		xb[b].x = __fadd_rn(xb[b].x, z), xb[b].y = __fadd_rn(xb[b].y, z);
+		xb[b].z = __fadd_rn(xb[b].z, z), xb[b].w = __fadd_rn(xb[b].w, z);
+	}
+}
+
+/* The weights of units u0 .. u0 + NB - 1 for R rows: unpredicated loads
+ * from clamped addresses (c8 0 where !ok; the caller zeroes those), since
+ * the predicated form compiled to a branch and a constant load per row
+ * around every weight load. */
+template <int NB, int R>
+__device__ __forceinline__ void bf16_load_w(const uint4 *const (&wr)[R], int u0, int ue, int k8,
+					    int lane, uint4 (&wq)[NB][R], bool (&ok)[NB], int (&c8)[NB])
+{
+#pragma unroll
+	for (int b = 0; b < NB; b++) {
+		c8[b] = (u0 + b) * (BF_UNIT / 8) + lane; /* this lane's 8 columns */
+		ok[b] = u0 + b < ue && c8[b] < k8;
+		c8[b] = ok[b] ? c8[b] : 0;
+	}
+#pragma unroll
+	for (int b = 0; b < NB; b++)
+#pragma unroll
+		for (int r = 0; r < R; r++)
+			wq[b][r] = __ldcs(wr[r] + c8[b]);
+}
+
+/* Rows [0, n1) are w's (into y), rows [n1, n) w2's (into y2): two
+ * products that share x in one launch (x4k_gemv2); w2 NULL: one. */
+template <int R, int NB>
+__global__ void __launch_bounds__(GEMV_WARPS * 32)
+gemv_bf16_kernel(const uint4 *__restrict__ w, int n, int k, int wkl, const float4 *__restrict__ x,
+		 float *__restrict__ y, const uint4 *__restrict__ w2, int n1, float *__restrict__ y2)
+{
+	__shared__ float red[GEMV_WARPS * R]; /* [warp][row of the group] */
+	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+	const int WK = 1 << wkl, G = GEMV_WARPS >> wkl;
+	const int g = warp >> wkl, kw = warp & (WK - 1);
+	const int U = (k + BF_UNIT - 1) / BF_UNIT;
+	const int ub = kw * U / WK, ue = (kw + 1) * U / WK;
+	const int row0 = (blockIdx.x * G + g) * R;
+	const size_t k8 = (size_t)k / 8; /* uint4 a row */
+	float acc[R];
+#pragma unroll
+	for (int r = 0; r < R; r++)
+		acc[r] = 0.f;
+	const uint4 *wr[R]; /* the group's rows, clamped into the matrix (never written) */
+#pragma unroll
+	for (int r = 0; r < R; r++) {
+		const int row = min(row0 + r, n - 1);
+		wr[r] = row < n1 ? w + (size_t)row * k8 : w2 + (size_t)(row - n1) * k8;
+	}
+	/* The weights of the first batch before the wait: they do not depend
+	 * on the previous kernel (pdl.cuh); each later batch's weights are
+	 * loaded at the end of the one before. */
+	uint4 wq[NB][R];
+	bool ok[NB];
+	int c8[NB];
+	int u0 = ub;
+	bf16_load_w<NB, R>(wr, u0, ue, (int)k8, lane, wq, ok, c8);
+	x4p::trigger();
+	x4p::wait();
+	while (u0 < ue) {
+		float4 xa[NB], xb[NB];
+#pragma unroll
+		for (int b = 0; b < NB; b++) {
+			xa[b] = __ldg(x + 2 * c8[b]);
+			xb[b] = __ldg(x + 2 * c8[b] + 1);
+		}
+		load_fence<NB, R>(wq, xa, xb);
+#pragma unroll
+		for (int b = 0; b < NB; b++)
+			if (!ok[b]) {
+				xa[b] = xb[b] = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+				for (int r = 0; r < R; r++)
+					wq[b][r] = make_uint4(0u, 0u, 0u, 0u);
+			}
+#pragma unroll
+		for (int b = 0; b < NB; b++)
+#pragma unroll
+			for (int r = 0; r < R; r++)
+				acc[r] = dot8_bf16(wq[b][r], xa[b], xb[b], acc[r]);
+		u0 += NB;
+		if (u0 < ue)
+			bf16_load_w<NB, R>(wr, u0, ue, (int)k8, lane, wq, ok, c8);
+	}
+#pragma unroll
+	for (int r = 0; r < R; r++) {
+		float a = acc[r];
+#pragma unroll
+		for (int o = 16; o; o >>= 1)
+			a = __fadd_rn(a, __shfl_xor_sync(0xffffffffu, a, o));
+		if (lane == 0)
+			red[warp * R + r] = a;
+	}
+	__syncthreads();
+	if ((int)threadIdx.x < G * R) {
+		const int g2 = threadIdx.x / R, r = threadIdx.x % R;
+		const int row = (blockIdx.x * G + g2) * R + r;
+		if (row < n) {
+			float t = red[(g2 * WK) * R + r];
+			for (int q = 1; q < WK; q++)
+				t = __fadd_rn(t, red[(g2 * WK + q) * R + r]);
+			if (row < n1)
+				y[row] = t;
+			else
+				y2[row - n1] = t;
+		}
+	}
+}
+
+/* The BF16 path's shape: WK warps a row (more when the row has more units),
+ * then as many rows a warp (R) as keep two blocks an SM of the H200's 132
+ * (the card of docs: 264 blocks), at most 8 loads a lane in flight. */
+static bool gemv_bf16_launch(const void *w, int n, int k, const float *x, float *y, cudaStream_t s,
+			     const void *w2 = nullptr, int n2 = 0, float *y2 = nullptr)
+{
+	if (k % 8 || ((uintptr_t)w & 15) || ((uintptr_t)x & 15) || ((uintptr_t)w2 & 15))
+		return false;
+	const int n1 = n;
+	n += n2;
+	const int U = (k + BF_UNIT - 1) / BF_UNIT;
+	const int wkl = U >= 8 ? 3 : U >= 4 ? 2 : U >= 2 ? 1 : 0;
+	const int G = GEMV_WARPS >> wkl, upw = (U + (1 << wkl) - 1) >> wkl;
+	const int R = n / (4 * G) >= 264 && upw <= 2 ? 4 : n / (2 * G) >= 264 ? 2 : 1;
+	const unsigned blocks = (unsigned)((n + G * R - 1) / (G * R));
+	const uint4 *w4 = static_cast<const uint4 *>(w), *w24 = static_cast<const uint4 *>(w2);
+	const float4 *x4 = reinterpret_cast<const float4 *>(x);
+	const dim3 g(blocks), b(GEMV_WARPS * 32);
+	if (R == 4)
+		x4p::launch(gemv_bf16_kernel<4, 2>, g, b, 0, s, w4, n, k, wkl, x4, y, w24, n1, y2);
+	else if (R == 2)
+		x4p::launch(gemv_bf16_kernel<2, 2>, g, b, 0, s, w4, n, k, wkl, x4, y, w24, n1, y2);
+	else
+		x4p::launch(gemv_bf16_kernel<1, 2>, g, b, 0, s, w4, n, k, wkl, x4, y, w24, n1, y2);
+	return true;
+}
+
+/* ---- IQ4_NL, the register core (quant_dev.cuh) ----
+ * Block: IQ_THREADS lanes = S row sets x NG groups (NG = k / 256, S =
+ * IQ_THREADS / NG; lanes past S NG idle), a row set R rows sharing x.  A
+ * lane's partial for each of its rows goes to shared memory; a thread a
+ * row then adds the row's NG partials in group order. */
+template <int R>
+__global__ void __launch_bounds__(IQ_THREADS)
+gemv_iq4_kernel(const uint8_t *__restrict__ w, int n, int k, const float4 *__restrict__ x,
+		float *__restrict__ y)
+{
+	__shared__ float part[IQ_THREADS * R]; /* [row of the block][group] */
+	const int NG = k / 256, S = IQ_THREADS / NG, t = threadIdx.x;
+	const int s = t / NG, g = t % NG;
+	const size_t rb = (size_t)(k / 32) * 18;
+	if (s >= S) { /* an idle lane still waits: y is written after its barrier */
+		x4p::trigger();
+		x4p::wait();
+	} else {
+		const int row0 = blockIdx.x * S * R + s * R;
+		const uint4 *wp[R];
+#pragma unroll
+		for (int r = 0; r < R; r++) /* clamped into the matrix; never written */
+			wp[r] = reinterpret_cast<const uint4 *>(w + (size_t)min(row0 + r, n - 1) * rb + 144 * g);
+		float acc[R];
+#pragma unroll
+		for (int r = 0; r < R; r++)
+			acc[r] = 0.f;
+		iq4_group_dot<R, true>(wp, x + 64 * g, acc); /* waits between its weight and x loads */
+#pragma unroll
+		for (int r = 0; r < R; r++)
+			part[(s * R + r) * NG + g] = acc[r];
+	}
+	__syncthreads();
+	if (t < S * R) {
+		const int row = blockIdx.x * S * R + t;
+		if (row < n) {
+			float v = part[t * NG];
+			for (int q = 1; q < NG; q++)
+				v = __fadd_rn(v, part[t * NG + q]);
+			y[row] = v;
+		}
+	}
+}
+
+/* h = silu(W_gate x) * (W_up x) for one token: gemv_iq4_kernel with the
+ * gate and up rows of a lane's group read together (they share x), the
+ * SwiGLU product in fp32 as x4k_swiglu forms it.  A row's two sums run
+ * exactly as gemv_iq4_kernel's. */
+__global__ void __launch_bounds__(IQ_THREADS)
+gemv_iq4_swiglu_kernel(const uint8_t *__restrict__ wg, const uint8_t *__restrict__ wu, int n,
+		       int k, const float4 *__restrict__ x, float *__restrict__ h)
+{
+	__shared__ float part[2][IQ_THREADS]; /* [gate | up][row of the block][group] */
+	const int NG = k / 256, S = IQ_THREADS / NG, t = threadIdx.x;
+	const int s = t / NG, g = t % NG;
+	const size_t rb = (size_t)(k / 32) * 18;
+	if (s >= S) { /* an idle lane still waits: h is written after its barrier */
+		x4p::trigger();
+		x4p::wait();
+	} else {
+		const size_t at = (size_t)min((int)blockIdx.x * S + s, n - 1) * rb + 144 * (size_t)g;
+		const uint4 *const wp[2] = { reinterpret_cast<const uint4 *>(wg + at),
+					     reinterpret_cast<const uint4 *>(wu + at) };
+		float acc[2] = { 0.f, 0.f };
+		iq4_group_dot<2, true>(wp, x + 64 * g, acc); /* waits between its weight and x loads */
+		part[0][s * NG + g] = acc[0];
+		part[1][s * NG + g] = acc[1];
+	}
+	__syncthreads();
+	if (t < S) {
+		const int row = blockIdx.x * S + t;
+		if (row < n) {
+			float a = part[0][t * NG], b = part[1][t * NG];
+			for (int q = 1; q < NG; q++) {
+				a = __fadd_rn(a, part[0][t * NG + q]);
+				b = __fadd_rn(b, part[1][t * NG + q]);
+			}
+			h[row] = silu(a) * b;
+		}
+	}
+}
+
+/* R 2 (two rows share x) when that still leaves two blocks an SM of the
+ * H200's 132, else 1. */
+static bool gemv_iq4_launch(const void *w, int n, int k, const float *x, float *y, cudaStream_t s)
+{
+	if (k % 256 || k / 256 > IQ_THREADS || ((uintptr_t)w & 15) || ((uintptr_t)x & 15))
+		return false;
+	const int S = IQ_THREADS / (k / 256);
+	const int R = n / (2 * S) >= 264 ? 2 : 1;
+	const unsigned blocks = (unsigned)((n + S * R - 1) / (S * R));
+	const uint8_t *wb = static_cast<const uint8_t *>(w);
+	const float4 *x4 = reinterpret_cast<const float4 *>(x);
+	if (R == 2)
+		x4p::launch(gemv_iq4_kernel<2>, dim3(blocks), dim3(IQ_THREADS), 0, s, wb, n, k, x4, y);
+	else
+		x4p::launch(gemv_iq4_kernel<1>, dim3(blocks), dim3(IQ_THREADS), 0, s, wb, n, k, x4, y);
+	return true;
+}
+
+/* ---- Q6_K: a warp a row, the whole row staged in one round ----
+ * gemv_kernel walks a Q6_K row in 1024-value chunks, each behind two block
+ * barriers and an x chunk reload (x read from L2 four times a row) and a
+ * stage whose ragged 16-byte edges (a 2940-byte row is only 4-byte
+ * aligned) go byte by byte.  Here x is loaded once a block, padded as
+ * gemv_block lays it chunk by chunk, and a warp stages its whole row (k <=
+ * Q6_KMAX) with 16-byte loads and 4-byte edges, every load issued before
+ * the first store; then chunk_dot runs chunk after chunk exactly as in
+ * gemv_block, so a row's sum has the same bits as gemv_kernel's. */
+constexpr int Q6_KMAX = 4096;
+constexpr int Q6_ROWB = Q6_KMAX / 256 * 210;
+constexpr int Q6_STAGE = (Q6_ROWB + 12 + 15) / 16 * 16; /* + the misalignment (4, 8 or 12) */
+
+/* n bytes at src (4-byte aligned, n % 4 == 0, n >= 32) staged into a
+ * 16-byte aligned buffer at the same offset modulo 16: whole 16-byte lines
+ * with 16-byte loads, the words of a ragged first or last line with 4-byte
+ * loads (lanes 0-3 and 4-7).  Split in a load half and a store half so
+ * that a caller can issue every load of a block before its first store. */
+template <int MAXN> struct stage4_regs {
+	enum { IT = ((MAXN + 12 + 15) / 16 + 31) / 32 };
+	uint4 v[IT];
+	bool full[IT];
+	uint32_t ew;
+	int eb, mis;
+	bool edge;
+};
+
+template <int MAXN>
+__device__ __forceinline__ void stage4_load(stage4_regs<MAXN> &g, const uint8_t *src, int n, int lane)
+{
+	const int mis = (int)((uintptr_t)src & 15);
+	const uint4 *s4 = reinterpret_cast<const uint4 *>(src - mis);
+	const int lines = (mis + n + 15) >> 4;
+	g.mis = mis;
+#pragma unroll
+	for (int i = 0; i < stage4_regs<MAXN>::IT; i++) {
+		const int li = lane + 32 * i, lo = 16 * li;
+		g.full[i] = li < lines && lo >= mis && lo + 16 <= mis + n;
+		g.v[i] = __ldcs(s4 + (g.full[i] ? li : mis ? 1 : 0)); /* a whole line inside (n >= 32) */
+	}
+	const int eline = lane < 4 ? 0 : lines - 1;
+	g.eb = 16 * eline + 4 * (lane & 3);
+	const bool ragged = eline == 0 ? mis != 0 || n < 16 : ((mis + n) & 15) != 0;
+	g.edge = lane < 8 && (lane < 4 || lines > 1) && ragged && g.eb >= mis && g.eb + 4 <= mis + n;
+	g.ew = __ldcs(reinterpret_cast<const uint32_t *>(src - mis) + (g.edge ? g.eb / 4 : mis / 4));
+}
+
+/* A +0 made from a word of every load of g (or-ed into the stored words by
+ * stage4_store: the stores then wait for every load). */
+template <int MAXN>
+__device__ __forceinline__ float stage4_zero(const stage4_regs<MAXN> &g, float z)
+{
+	z = __fmaf_rn(__uint_as_float(g.ew & 0x007fffffu), 0.f, z);
+#pragma unroll
+	for (int i = 0; i < stage4_regs<MAXN>::IT; i++)
+		z = __fmaf_rn(__uint_as_float(g.v[i].x & 0x007fffffu), 0.f, z);
+	return z;
+}
+
+/* Returns where src's first byte landed in buf; the caller __syncwarp()s. */
+template <int MAXN>
+__device__ __forceinline__ const uint8_t *stage4_store(const stage4_regs<MAXN> &g, uint8_t *buf,
+							uint32_t zi, int lane)
+{
+#pragma unroll
+	for (int i = 0; i < stage4_regs<MAXN>::IT; i++)
+		if (g.full[i])
+			reinterpret_cast<uint4 *>(buf)[lane + 32 * i] =
+				make_uint4(g.v[i].x | zi, g.v[i].y | zi, g.v[i].z | zi, g.v[i].w | zi);
+	if (g.edge)
+		reinterpret_cast<uint32_t *>(buf)[g.eb / 4] = g.ew | zi;
+	return buf + g.mis;
+}
+
+__global__ void __launch_bounds__(GEMV_WARPS * 32)
+gemv_q6k_kernel(const uint8_t *__restrict__ w, int n, int k, const float *__restrict__ x,
+		float *__restrict__ y)
+{
+	__shared__ __align__(16) float xs[Q6_KMAX / KC * XS];
+	__shared__ __align__(16) uint8_t stg[GEMV_WARPS][Q6_STAGE];
+	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+	const int row = blockIdx.x * GEMV_WARPS + warp;
+	const size_t rb = row_bytes(X4_T_Q6_K, k);
+	/* every load first: the row (before the wait: a weight, pdl.cuh), then
+	 * x (k % 256 == 0, four float4 a thread) */
+	stage4_regs<Q6_ROWB> g;
+	stage4_load<Q6_ROWB>(g, w + (size_t)min(row, n - 1) * rb, (int)rb, lane);
+	x4p::trigger();
+	x4p::wait();
+	constexpr int XV = Q6_KMAX / 4 / (GEMV_WARPS * 32);
+	const float4 *x4 = reinterpret_cast<const float4 *>(x);
+	float4 xv[XV];
+#pragma unroll
+	for (int j = 0; j < XV; j++) {
+		const int i = threadIdx.x + j * GEMV_WARPS * 32;
+		xv[j] = __ldg(x4 + (i < k / 4 ? i : 0));
+	}
+	float z = stage4_zero<Q6_ROWB>(g, 0.f);
+#pragma unroll
+	for (int j = 0; j < XV; j++)
+		z = __fmaf_rn(__uint_as_float(__float_as_uint(xv[j].x) & 0x007fffffu), 0.f, z);
+	const uint32_t zi = __float_as_uint(z);
+	/* then the stores: x padded as gemv_block lays it chunk by chunk */
+#pragma unroll
+	for (int j = 0; j < XV; j++) {
+		const int i = threadIdx.x + j * GEMV_WARPS * 32;
+		if (i < k / 4) {
+			xs[xpad(4 * i)] = __uint_as_float(__float_as_uint(xv[j].x) | zi);
+			xs[xpad(4 * i + 1)] = __uint_as_float(__float_as_uint(xv[j].y) | zi);
+			xs[xpad(4 * i + 2)] = __uint_as_float(__float_as_uint(xv[j].z) | zi);
+			xs[xpad(4 * i + 3)] = __uint_as_float(__float_as_uint(xv[j].w) | zi);
+		}
+	}
+	const uint8_t *p = stage4_store<Q6_ROWB>(g, stg[warp], zi, lane);
+	__syncwarp();
+	__syncthreads();
+	float acc[1] = { 0.f };
+	for (int k0 = 0, c = 0; k0 < k; k0 += KC, c++)
+		chunk_dot<X4_T_Q6_K, 1>(p + row_bytes(X4_T_Q6_K, k0), k - k0 < KC ? k - k0 : KC, xs + c * XS,
+					 lane, acc);
+#pragma unroll
+	for (int o = 16; o; o >>= 1)
+		acc[0] = __fadd_rn(acc[0], __shfl_xor_sync(0xffffffffu, acc[0], o));
+	if (row < n && lane == 0)
+		y[row] = acc[0];
+}
+
 extern "C" int x4k_gemv(int type, const void *w, int n, int k, const float *x, float *y,
 			cudaStream_t s, x4_err *e)
 {
@@ -42,14 +482,68 @@ extern "C" int x4k_gemv(int type, const void *w, int n, int k, const float *x, f
 	const uint8_t *wb = static_cast<const uint8_t *>(w);
 	switch (type) {
 	case X4_T_IQ4_NL:
-		gemv_kernel<X4_T_IQ4_NL><<<grid, block, 0, s>>>(wb, n, k, x, y);
+		if (!gemv_iq4_launch(w, n, k, x, y, s))
+			gemv_kernel<X4_T_IQ4_NL><<<grid, block, 0, s>>>(wb, n, k, x, y);
 		break;
 	case X4_T_Q6_K:
-		gemv_kernel<X4_T_Q6_K><<<grid, block, 0, s>>>(wb, n, k, x, y);
+		if (k <= Q6_KMAX && row_bytes(X4_T_Q6_K, k) % 4 == 0 && !((uintptr_t)w & 3) &&
+		    !((uintptr_t)x & 15)) /* rows 4-byte aligned: an even count of 210-byte blocks */
+			x4p::launch(gemv_q6k_kernel, grid, block, 0, s, wb, n, k, x, y);
+		else
+			gemv_kernel<X4_T_Q6_K><<<grid, block, 0, s>>>(wb, n, k, x, y);
 		break;
 	default:
-		gemv_kernel<X4_T_BF16><<<grid, block, 0, s>>>(wb, n, k, x, y);
+		if (!gemv_bf16_launch(w, n, k, x, y, s))
+			gemv_kernel<X4_T_BF16><<<grid, block, 0, s>>>(wb, n, k, x, y);
 		break;
 	}
 	return x4_cuda_launched("x4k_gemv: launch", e);
+}
+
+extern "C" int x4k_gemv2(int type, const void *w1, int n1, float *y1, const void *w2, int n2,
+			 float *y2, int k, const float *x, cudaStream_t s, x4_err *e)
+{
+	int rc = check_matrix("x4k_gemv2", type, w1, n1, k, e);
+	if (!rc)
+		rc = check_matrix("x4k_gemv2", type, w2, n2, k, e);
+	if (rc)
+		return rc;
+	if (!x || !y1 || !y2)
+		return x4_err_set(e, X4_EINVAL, "x4k_gemv2: NULL input or output");
+	if (n1 == 0 || n2 == 0 || (long long)n1 + n2 > 0x7fffffff || type != X4_T_BF16 ||
+	    !gemv_bf16_launch(w1, n1, k, x, y1, s, w2, n2, y2)) {
+		/* one launch each: the same per-row arithmetic */
+		if ((rc = x4k_gemv(type, w1, n1, k, x, y1, s, e)))
+			return rc;
+		return x4k_gemv(type, w2, n2, k, x, y2, s, e);
+	}
+	return x4_cuda_launched("x4k_gemv2: launch", e);
+}
+
+extern "C" int x4k_gemv_swiglu(int type, const void *w_gate, const void *w_up, int n, int k,
+			       const float *x, float *g, float *u, float *h, cudaStream_t s, x4_err *e)
+{
+	int rc = check_matrix("x4k_gemv_swiglu gate", type, w_gate, n, k, e);
+	if (!rc)
+		rc = check_matrix("x4k_gemv_swiglu up", type, w_up, n, k, e);
+	if (rc)
+		return rc;
+	if (!x || !h)
+		return x4_err_set(e, X4_EINVAL, "x4k_gemv_swiglu: NULL input or output");
+	if (n == 0)
+		return 0;
+	if (type == X4_T_IQ4_NL && k % 256 == 0 && k / 256 <= IQ_THREADS && !((uintptr_t)w_gate & 15) &&
+	    !((uintptr_t)w_up & 15) && !((uintptr_t)x & 15)) {
+		const int S = IQ_THREADS / (k / 256);
+		x4p::launch(gemv_iq4_swiglu_kernel, dim3((unsigned)((n + S - 1) / S)), dim3(IQ_THREADS), 0,
+			    s, static_cast<const uint8_t *>(w_gate), static_cast<const uint8_t *>(w_up), n,
+			    k, reinterpret_cast<const float4 *>(x), h);
+		return x4_cuda_launched("x4k_gemv_swiglu: launch", e);
+	}
+	if (!g || !u)
+		return x4_err_set(e, X4_EINVAL, "x4k_gemv_swiglu: %s %d x %d takes the scratch g and u",
+				  x4_type_name(type), n, k);
+	if ((rc = x4k_gemv(type, w_gate, n, k, x, g, s, e)) || (rc = x4k_gemv(type, w_up, n, k, x, u, s, e)))
+		return rc;
+	return x4k_swiglu(n, g, u, h, s, e);
 }

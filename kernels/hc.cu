@@ -3,31 +3,37 @@
  * update (docs/forward.md 5.2 A4/F4), all fp32.
  *
  * The fused path is one launch a sublayer.  A gate reads 688 KB of BF16
- * weights for one token (24 rows of 14336), more than one SM can stream in
- * a few microseconds, so for a few tokens the projection is split across
- * blocks by columns of D (every stream of a column in one thread, which is
- * what lets the previous sublayer's update be fused in front); each block
- * leaves its 24 partial dots and its partial sum of squares in the
- * workspace, and the last block to finish (a counter) adds them in block
- * order (the same bits every run), then does the coefficients on one thread
- * (the 4x4 in registers: NHC is a template constant, so no index is a
- * run-time one) while its other warps do the collapse, which needs only pre.
- * Prefill-sized calls use one block a token.
+ * weights for one token (24 rows of 14336): at decode sizes (up to
+ * HC_SPLIT_MAX_TOK tokens) the projection is split across the card, a block
+ * per 32 columns of D (112 blocks at D 3584), so that every weight load of
+ * the gate is in flight at once and no SM streams more than 6 KB.  A block
+ * first issues its weight loads (they depend on nothing), then forms its
+ * columns of the state (the previous sublayer's update fused in front: a
+ * thread a column, every stream of it, so H_out may be H), its 24 partial
+ * dots and its partial sum of squares, and leaves them in the workspace.
+ * The last block to finish (a counter) adds the partials in block order,
+ * a warp a coefficient row (the same bits whichever block is last), then
+ * does the coefficients on one thread (the 4x4 in registers: NHC is a
+ * template constant) while its other warps do the collapse, which needs
+ * only pre, and then (x4k_hc_pre_norm) the sublayer's RMSNorm of x, which
+ * saves the norm's launch.  Prefill-sized calls use one block a token
+ * (hc_fused_kernel; the norm then runs as its own launch).
  *
  * The eager path does the same arithmetic in separate launches (update, RMS,
  * projection, coefficients, collapse): the lever x4-bench-abab prices.
  */
 #include "core_dev.cuh"
+#include "pdl.cuh"
 
 namespace {
 
 constexpr int HC_THREADS = 256;
-constexpr int HC_CPB = 512;          /* columns of D per block when split */
+constexpr int HC_CW = 32;            /* columns of D per block when split */
 constexpr int HC_SPLIT_MAX_TOK = 8;  /* up to this many tokens, split */
 
 int hc_nsplit(int D, int n_tok)
 {
-	return n_tok <= HC_SPLIT_MAX_TOK ? (D + HC_CPB - 1) / HC_CPB : 1;
+	return n_tok <= HC_SPLIT_MAX_TOK ? (D + HC_CW - 1) / HC_CW : 1;
 }
 
 template <int VEC>
@@ -63,13 +69,112 @@ __device__ __forceinline__ void store_vec(float *p, const float *v)
 		*p = v[0];
 }
 
+/* The sublayer's RMSNorm fused behind the collapse (x4k_hc_pre_norm): gain
+ * [D], eps, xh [n_tok][D]; red is HC_THREADS / 32 floats of shared memory.
+ * xh NULL: no norm. */
+struct hc_norm_args {
+	const float *gain = nullptr;
+	float eps = 0.f;
+	float *xh = nullptr;
+	float *red = nullptr;
+};
+
+/* Spec 6.3 steps 2-9 once the block holds the token's 24 dots and sum of
+ * squares in s_tot: the coefficients on thread 0 (written to coef) while
+ * warps 1.. do the collapse x = sum_s pre[s] Hsrc[s] (Hsrc was written by
+ * other blocks of this launch, so it is read through L2), four loads of
+ * every stream in flight per thread. */
+template <int NHC, int VEC>
+__device__ __forceinline__ void hc_finish(const x4k_hc_cfg &c, int tok, const float *s_tot,
+					  float *s_m, float *s_pre, const float *__restrict__ base,
+					  const float *__restrict__ scale, const float *Hsrc,
+					  float *__restrict__ x, float *__restrict__ coef,
+					  const hc_norm_args &nm = hc_norm_args())
+{
+	constexpr int NC = NHC * (2 + NHC), UNR = 4;
+	const int D = c.D, tid = threadIdx.x;
+	const size_t K = (size_t)NHC * D;
+	const float inv = 1.0f / sqrtf(s_tot[NC] / (float)K + c.rms_eps);
+	if (tid < NC)
+		s_m[tid] = s_tot[tid] * inv;
+	__syncthreads();
+	if (tid < NHC)
+		s_pre[tid] = x4c::hc_pre_of(s_m, base, scale, tid);
+	__syncthreads();
+	if (tid < 32) {
+		if (tid == 0) {
+			float cf[NC];
+			x4c::hc_coef<NHC>(s_m, base, scale, c, cf);
+#pragma unroll
+			for (int i = 0; i < NC; i++)
+				coef[(size_t)tok * NC + i] = cf[i];
+		}
+		return;
+	}
+	const int step = ((int)blockDim.x - 32) * VEC;
+	float ss = 0.f;
+	for (int c0 = (tid - 32) * VEC; c0 < D; c0 += UNR * step) {
+		float h[UNR][NHC][VEC];
+#pragma unroll
+		for (int u = 0; u < UNR; u++)
+#pragma unroll
+			for (int s = 0; s < NHC; s++)
+				if (c0 + u * step < D)
+					load_vec_cg<VEC>(Hsrc + (size_t)s * D + c0 + u * step, h[u][s]);
+#pragma unroll
+		for (int u = 0; u < UNR; u++) {
+			if (c0 + u * step >= D)
+				break;
+			float xv[VEC];
+#pragma unroll
+			for (int v = 0; v < VEC; v++) {
+				float t = 0;
+#pragma unroll
+				for (int s = 0; s < NHC; s++)
+					t = __fmaf_rn(s_pre[s], h[u][s][v], t);
+				xv[v] = t;
+			}
+			store_vec<VEC>(x + (size_t)tok * D + c0 + u * step, xv);
+			if (nm.xh)
+#pragma unroll
+				for (int v = 0; v < VEC; v++)
+					ss = fmaf(xv[v], xv[v], ss);
+		}
+	}
+	if (!nm.xh)
+		return;
+	/* The sublayer's RMSNorm of x (spec 6.1), fused: the collapse threads'
+	 * sums of squares in a fixed order (warp trees, then the warps in
+	 * order, over a named barrier that warp 0, busy with the Sinkhorn,
+	 * does not join), then xh = (x * inv) * gain, x re-read from this
+	 * thread's own stores. */
+	const int nt = (int)blockDim.x - 32, w1 = (tid >> 5) - 1;
+	ss = x4c::warp_sum(ss);
+	if ((tid & 31) == 0)
+		nm.red[w1] = ss;
+	asm volatile("bar.sync 1, %0;" ::"r"(nt) : "memory");
+	float t = nm.red[0];
+	for (int i = 1; i < nt / 32; i++)
+		t += nm.red[i];
+	const float ninv = 1.0f / sqrtf(t / (float)D + nm.eps);
+	for (int c0 = (tid - 32) * VEC; c0 < D; c0 += step) {
+		float xv[VEC], gv[VEC], o[VEC];
+		load_vec<VEC>(x + (size_t)tok * D + c0, xv);
+		load_vec<VEC>(nm.gain + c0, gv);
+#pragma unroll
+		for (int v = 0; v < VEC; v++)
+			o[v] = (xv[v] * ninv) * gv[v];
+		store_vec<VEC>(nm.xh + (size_t)tok * D + c0, o);
+	}
+}
+
+/* Prefill sizes: one block a token over all of D. */
 template <int NHC, int VEC>
 __global__ void __launch_bounds__(HC_THREADS)
 hc_fused_kernel(x4k_hc_cfg c, const float *H, const uint16_t *__restrict__ fn,
 		const float *__restrict__ base, const float *__restrict__ scale,
 		const float *__restrict__ y_prev, const float *__restrict__ coef_prev,
-		float *H_out, float *__restrict__ x, float *__restrict__ coef, float *part,
-		unsigned *count)
+		float *H_out, float *__restrict__ x, float *__restrict__ coef)
 {
 	constexpr int NC = NHC * (2 + NHC), NR = NC + 1, NW = HC_THREADS / 32;
 	__shared__ float s_red[NW][NR];
@@ -77,9 +182,8 @@ hc_fused_kernel(x4k_hc_cfg c, const float *H, const uint16_t *__restrict__ fn,
 	__shared__ float s_m[NC];
 	__shared__ float s_cp[NC];
 	__shared__ float s_pre[NHC];
-	__shared__ int s_last;
 
-	const int D = c.D, tok = blockIdx.y, nb = gridDim.x, tid = threadIdx.x;
+	const int D = c.D, tok = blockIdx.y, tid = threadIdx.x;
 	const int lane = tid & 31, warp = tid >> 5;
 	const size_t K = (size_t)NHC * D;
 	const float *Ht = H + (size_t)tok * K;
@@ -92,14 +196,12 @@ hc_fused_kernel(x4k_hc_cfg c, const float *H, const uint16_t *__restrict__ fn,
 		__syncthreads();
 	}
 
-	const int c0 = nb == 1 ? 0 : blockIdx.x * HC_CPB;
-	const int c1 = nb == 1 ? D : min(D, c0 + HC_CPB);
 	float acc[NC];
 #pragma unroll
 	for (int r = 0; r < NC; r++)
 		acc[r] = 0;
 	float ss = 0;
-	for (int col = c0 + tid * VEC; col < c1; col += HC_THREADS * VEC) {
+	for (int col = tid * VEC; col < D; col += HC_THREADS * VEC) {
 		float u[NHC][VEC];
 #pragma unroll
 		for (int s = 0; s < NHC; s++)
@@ -159,65 +261,170 @@ hc_fused_kernel(x4k_hc_cfg c, const float *H, const uint16_t *__restrict__ fn,
 			t += s_red[w][tid];
 		s_tot[tid] = t;
 	}
-	__syncthreads();
+	__syncthreads(); /* also orders this block's Ho stores before the collapse reads */
+	hc_finish<NHC, VEC>(c, tok, s_tot, s_m, s_pre, base, scale, Hsrc, x, coef);
+}
 
-	if (nb > 1) {
-		float *mine = part + ((size_t)tok * nb + blockIdx.x) * NR;
-		if (tid < NR)
-			mine[tid] = s_tot[tid];
-		__threadfence(); /* the partial is visible before the count says so */
-		__syncthreads();
-		if (tid == 0)
-			s_last = atomicAdd(&count[tok], 1u) == (unsigned)(nb - 1);
-		__syncthreads();
-		if (!s_last)
-			return;
-		__threadfence();
-		if (tid < NR) {
-			float t = 0;
-			for (int b = 0; b < nb; b++) /* block order: reproducible */
-				t += __ldcg(part + ((size_t)tok * nb + b) * NR + tid);
-			s_tot[tid] = t;
+/* Decode sizes: block b of a token takes columns [32b, 32b + 32) of D, for
+ * every stream.  Weight row r goes to warp r % 8; a lane takes 4 columns of
+ * one stream (lane / 8), so a row's 32 x NHC products of the block are one
+ * warp load (8-byte loads when VEC4) and one shuffle tree.  Partials
+ * [tok][block][NC dots | sum of squares] go to part; the last block of the
+ * token (count) finishes. */
+template <int NHC, bool VEC4>
+__global__ void __launch_bounds__(HC_THREADS)
+hc_split_kernel(x4k_hc_cfg c, const float *H, const uint16_t *__restrict__ fn,
+		const float *__restrict__ base, const float *__restrict__ scale,
+		const float *__restrict__ y_prev, const float *__restrict__ coef_prev,
+		float *H_out, float *__restrict__ x, float *__restrict__ coef, float *part,
+		unsigned *count, const float *__restrict__ gain, float norm_eps, float *__restrict__ xh)
+{
+	constexpr int NC = NHC * (2 + NHC), NR = NC + 1, NW = HC_THREADS / 32;
+	constexpr int RPW = (NC + NW - 1) / NW; /* rows a warp */
+	__shared__ float s_nred[NW];
+	__shared__ __align__(16) float s_u[NHC][HC_CW]; /* the state at the block's columns */
+	__shared__ float s_cp[NC];
+	__shared__ float s_red[NR];
+	__shared__ float s_tot[NR];
+	__shared__ float s_m[NC];
+	__shared__ float s_pre[NHC];
+	__shared__ int s_last;
+
+	const int D = c.D, tok = blockIdx.y, nb = gridDim.x, tid = threadIdx.x;
+	const int lane = tid & 31, warp = tid >> 5;
+	const size_t K = (size_t)NHC * D;
+	const int c0 = blockIdx.x * HC_CW;
+	const int ls = lane >> 3, lc = 4 * (lane & 7); /* this lane's stream and column */
+	const bool lact = ls < NHC && c0 + lc < D;
+
+	/* 1. the weights first: they do not depend on the previous kernel */
+	float wv[RPW][4];
+#pragma unroll
+	for (int i = 0; i < RPW; i++) {
+		const int r = warp + NW * i;
+		const uint16_t *w = fn + (size_t)(r < NC ? r : 0) * K + (size_t)ls * D + c0 + lc;
+		if (VEC4) {
+			uint2 q = make_uint2(0u, 0u);
+			if (lact && r < NC)
+				q = __ldcs(reinterpret_cast<const uint2 *>(w));
+			const float2 a = x4c::bf16x2(q.x), b = x4c::bf16x2(q.y);
+			wv[i][0] = a.x, wv[i][1] = a.y, wv[i][2] = b.x, wv[i][3] = b.y;
+		} else {
+#pragma unroll
+			for (int j = 0; j < 4; j++)
+				wv[i][j] = ls < NHC && r < NC && c0 + lc + j < D ? x4c::bf16(__ldcs(w + j)) : 0.f;
 		}
-		if (tid == 0)
-			count[tok] = 0; /* ready for the next call (and a graph replay) */
-		__syncthreads();
 	}
 
-	const float inv = 1.0f / sqrtf(s_tot[NC] / (float)K + c.rms_eps);
-	if (tid < NC)
-		s_m[tid] = s_tot[tid] * inv;
-	__syncthreads();
-	if (tid < NHC)
-		s_pre[tid] = x4c::hc_pre_of(s_m, base, scale, tid);
-	__syncthreads();
+	x4p::trigger();
+	x4p::wait(); /* everything below reads the previous kernels' outputs */
 
-	if (warp == 0) {
-		if (tid == 0) {
-			float cf[NC];
-			x4c::hc_coef<NHC>(s_m, base, scale, c, cf);
+	/* 2. the state the gate sees at columns c0.., the update fused in front */
+	const float *Ht = H + (size_t)tok * K;
+	float *Ho = y_prev ? H_out + (size_t)tok * K : nullptr;
+	const int col = c0 + tid;
+	float h[NHC], yv = 0.f; /* loaded before the coefficients' barrier: one round */
 #pragma unroll
-			for (int i = 0; i < NC; i++)
-				coef[(size_t)tok * NC + i] = cf[i];
-		}
-	} else {
-		/* the collapse; other blocks wrote parts of Ho, so read through L2 */
-		for (int col = (tid - 32) * VEC; col < D; col += (HC_THREADS - 32) * VEC) {
-			float h[NHC][VEC], xv[VEC];
+	for (int s = 0; s < NHC; s++)
+		h[s] = tid < HC_CW && col < D ? Ht[(size_t)s * D + col] : 0.f;
+	if (y_prev && tid < HC_CW && col < D)
+		yv = y_prev[(size_t)tok * D + col];
+	if (y_prev) { /* uniform over the block */
+		if (tid < NC)
+			s_cp[tid] = coef_prev[(size_t)tok * NC + tid];
+		__syncthreads();
+	}
+	if (tid < HC_CW) {
+		float o[NHC];
+		if (y_prev && col < D) {
+			x4c::hc_update<NHC>(s_cp, yv, h, o);
 #pragma unroll
-			for (int s = 0; s < NHC; s++)
-				load_vec_cg<VEC>(Hsrc + (size_t)s * D + col, h[s]);
-#pragma unroll
-			for (int v = 0; v < VEC; v++) {
-				float t = 0;
-#pragma unroll
-				for (int s = 0; s < NHC; s++)
-					t = __fmaf_rn(s_pre[s], h[s][v], t);
-				xv[v] = t;
+			for (int s = 0; s < NHC; s++) {
+				Ho[(size_t)s * D + col] = o[s];
+				h[s] = o[s];
 			}
-			store_vec<VEC>(x + (size_t)tok * D + col, xv);
 		}
+#pragma unroll
+		for (int s = 0; s < NHC; s++)
+			s_u[s][tid] = h[s];
 	}
+	__syncthreads();
+
+	/* 3. the block's partial dots and sum of squares */
+	float u[4] = { 0.f, 0.f, 0.f, 0.f };
+	if (ls < NHC) {
+		const float4 t = *reinterpret_cast<const float4 *>(&s_u[ls][lc]);
+		u[0] = t.x, u[1] = t.y, u[2] = t.z, u[3] = t.w; /* zeros past D */
+	}
+#pragma unroll
+	for (int i = 0; i < RPW; i++) {
+		const int r = warp + NW * i;
+		float a = 0.f;
+#pragma unroll
+		for (int j = 0; j < 4; j++)
+			a = fmaf(wv[i][j], u[j], a);
+		a = x4c::warp_sum(a);
+		if (lane == 0 && r < NC)
+			s_red[r] = a;
+	}
+	if (warp == 0) {
+		float q = 0.f;
+#pragma unroll
+		for (int j = 0; j < 4; j++)
+			q = fmaf(u[j], u[j], q);
+		q = x4c::warp_sum(q);
+		if (lane == 0)
+			s_red[NC] = q;
+	}
+	__syncthreads();
+	float *mine = part + ((size_t)tok * nb + blockIdx.x) * NR;
+	if (tid < NR)
+		mine[tid] = s_red[tid];
+	x4c::fence_acq_rel_gpu(); /* the partial and Ho are visible before the count says so */
+	__syncthreads();
+	if (tid == 0)
+		s_last = atomicAdd(&count[tok], 1u) == (unsigned)(nb - 1);
+	__syncthreads();
+	if (!s_last)
+		return;
+	x4c::fence_acq_rel_gpu();
+
+	/* 4. the last block: the partials summed a warp a value, lane-strided
+	 * in block order and then one shuffle tree, so the bits do not depend
+	 * on which block came last */
+	constexpr int VPW = (NR + NW - 1) / NW, BPL = 4; /* values a warp; partials a lane a round */
+	float t[VPW];
+#pragma unroll
+	for (int q = 0; q < VPW; q++)
+		t[q] = 0.f;
+	for (int b0 = 0; b0 < nb; b0 += 32 * BPL) { /* one round of loads for every value of the warp */
+		float pv[VPW][BPL];
+#pragma unroll
+		for (int q = 0; q < VPW; q++)
+#pragma unroll
+			for (int j = 0; j < BPL; j++) {
+				const int v = warp + NW * q, b = b0 + lane + 32 * j;
+				pv[q][j] = v < NR && b < nb ? __ldcg(part + ((size_t)tok * nb + b) * NR + v) : 0.f;
+			}
+#pragma unroll
+		for (int q = 0; q < VPW; q++)
+#pragma unroll
+			for (int j = 0; j < BPL; j++)
+				t[q] += pv[q][j];
+	}
+#pragma unroll
+	for (int q = 0; q < VPW; q++) {
+		const float v = x4c::warp_sum(t[q]);
+		if (lane == 0 && warp + NW * q < NR)
+			s_tot[warp + NW * q] = v;
+	}
+	if (tid == 0)
+		count[tok] = 0; /* ready for the next call (and a graph replay) */
+	__syncthreads();
+	hc_norm_args nm;
+	nm.gain = gain, nm.eps = norm_eps, nm.xh = xh, nm.red = s_nred;
+	hc_finish<NHC, VEC4 ? 2 : 1>(c, tok, s_tot, s_m, s_pre, base, scale, y_prev ? Ho : Ht, x,
+				     coef, nm);
 }
 
 /* ---- the eager path ---- */
@@ -333,7 +540,7 @@ extern "C" size_t x4k_hc_workspace_bytes(const x4k_hc_cfg *c, int n_tok)
 	size_t eager = (size_t)n_tok * (nc + 1);
 	/* A workspace for n_tok serves every smaller call, and a split call of
 	 * up to HC_SPLIT_MAX_TOK tokens can need more than n_tok unsplit ones
-	 * (D 3584: 8 tokens need 1400 floats, 16 tokens 400). */
+	 * (D 3584: 8 tokens need 22400 floats, 16 tokens 400). */
 	int ns = n_tok < HC_SPLIT_MAX_TOK ? n_tok : HC_SPLIT_MAX_TOK;
 	size_t split = (size_t)ns * hc_nsplit(c->D, ns) * (nc + 1);
 	if (split > fused)
@@ -342,11 +549,16 @@ extern "C" size_t x4k_hc_workspace_bytes(const x4k_hc_cfg *c, int n_tok)
 	       (fused > eager ? fused : eager) * sizeof(float);
 }
 
-extern "C" int x4k_hc_pre(const x4k_hc_cfg *c, int n_tok, const float *H, const uint16_t *fn,
-			  const float *base, const float *scale, const float *y_prev,
-			  const float *coef_prev, float *H_out, float *x, float *coef, bool eager,
-			  void *ws, size_t ws_bytes, cudaStream_t st, x4_err *e)
+/* x4k_hc_pre, and x4k_hc_pre_norm when xh is not NULL: the split path
+ * fuses the norm into its last block (*normed = true), the others leave it
+ * to the caller. */
+static int hc_pre(const x4k_hc_cfg *c, int n_tok, const float *H, const uint16_t *fn,
+		  const float *base, const float *scale, const float *y_prev, const float *coef_prev,
+		  float *H_out, float *x, float *coef, bool eager, void *ws, size_t ws_bytes,
+		  const float *gain, float norm_eps, float *xh, bool *normed, cudaStream_t st,
+		  x4_err *e)
 {
+	*normed = false;
 	int rc = check_cfg(c, n_tok, "x4k_hc_pre", e);
 	if (rc)
 		return rc;
@@ -391,20 +603,64 @@ extern "C" int x4k_hc_pre(const x4k_hc_cfg *c, int n_tok, const float *H, const 
 		return x4_cuda_launched("x4k_hc_pre: eager collapse", e);
 	}
 
-	/* Pairs of columns when every row and stream starts 8-byte aligned. */
+	/* Pairs (split: fours) of columns when every row and stream is aligned. */
+	const int nb = hc_nsplit(D, n_tok);
+	dim3 grid(nb, n_tok);
+	if (nb > 1) {
+		bool v4 = D % 4 == 0 && aligned(H, 8) && aligned(H_out, 8) && aligned(y_prev, 8) &&
+			  aligned(x, 8) && aligned(fn, 8) && aligned(gain, 8) && aligned(xh, 8);
+		if (v4) {
+			X4C_NHC_SWITCH(c->n_hc, NHC,
+				x4p::launch(hc_split_kernel<NHC, true>, grid, dim3(HC_THREADS), 0, st,
+					    *c, H, fn, base, scale, y_prev, coef_prev, H_out, x, coef,
+					    fws, count, gain, norm_eps, xh));
+		} else {
+			X4C_NHC_SWITCH(c->n_hc, NHC,
+				x4p::launch(hc_split_kernel<NHC, false>, grid, dim3(HC_THREADS), 0, st,
+					    *c, H, fn, base, scale, y_prev, coef_prev, H_out, x, coef,
+					    fws, count, gain, norm_eps, xh));
+		}
+		*normed = xh != nullptr;
+		return x4_cuda_launched("x4k_hc_pre: fused gate", e);
+	}
 	bool vec = D % 2 == 0 && aligned(H, 8) && aligned(H_out, 8) && aligned(y_prev, 8) &&
 		   aligned(x, 8) && aligned(fn, 4);
-	dim3 grid(hc_nsplit(D, n_tok), n_tok);
 	if (vec) {
 		X4C_NHC_SWITCH(c->n_hc, NHC,
 			hc_fused_kernel<NHC, 2><<<grid, HC_THREADS, 0, st>>>(
-				*c, H, fn, base, scale, y_prev, coef_prev, H_out, x, coef, fws, count));
+				*c, H, fn, base, scale, y_prev, coef_prev, H_out, x, coef));
 	} else {
 		X4C_NHC_SWITCH(c->n_hc, NHC,
 			hc_fused_kernel<NHC, 1><<<grid, HC_THREADS, 0, st>>>(
-				*c, H, fn, base, scale, y_prev, coef_prev, H_out, x, coef, fws, count));
+				*c, H, fn, base, scale, y_prev, coef_prev, H_out, x, coef));
 	}
 	return x4_cuda_launched("x4k_hc_pre: fused gate", e);
+}
+
+extern "C" int x4k_hc_pre(const x4k_hc_cfg *c, int n_tok, const float *H, const uint16_t *fn,
+			  const float *base, const float *scale, const float *y_prev,
+			  const float *coef_prev, float *H_out, float *x, float *coef, bool eager,
+			  void *ws, size_t ws_bytes, cudaStream_t st, x4_err *e)
+{
+	bool normed;
+	return hc_pre(c, n_tok, H, fn, base, scale, y_prev, coef_prev, H_out, x, coef, eager, ws,
+		      ws_bytes, nullptr, 0.f, nullptr, &normed, st, e);
+}
+
+extern "C" int x4k_hc_pre_norm(const x4k_hc_cfg *c, int n_tok, const float *H, const uint16_t *fn,
+			       const float *base, const float *scale, const float *y_prev,
+			       const float *coef_prev, float *H_out, float *x, float *coef,
+			       const float *gain, float norm_eps, float *xh, bool eager, void *ws,
+			       size_t ws_bytes, cudaStream_t st, x4_err *e)
+{
+	if (!gain || !xh)
+		return x4_err_set(e, X4_EINVAL, "x4k_hc_pre_norm: NULL gain or output");
+	bool normed;
+	int rc = hc_pre(c, n_tok, H, fn, base, scale, y_prev, coef_prev, H_out, x, coef, eager, ws,
+			ws_bytes, gain, norm_eps, xh, &normed, st, e);
+	if (rc || normed || n_tok == 0)
+		return rc;
+	return x4k_rmsnorm(n_tok, c->D, x, c->D, gain, norm_eps, xh, c->D, st, e);
 }
 
 extern "C" int x4k_hc_post(const x4k_hc_cfg *c, int n_tok, const float *coef, const float *y,

@@ -12,19 +12,30 @@
  * Decode splits the rows across blocks (flash-decoding) and a second kernel
  * combines the partial max/sum/accumulators; the split is sized from the
  * context length read on the device, over a grid sized from max_ctx.
+ *
+ * Every phase issues its global loads in one round: the queries (float2,
+ * up to 16 a thread), a tile's score operands (CPI half2 of each of a
+ * warp's 4 rows a lane, CPI a template constant) and a tile's value rows
+ * (32 a thread, from L1: the score phase just read them).  The loop that
+ * walked them one dependent load at a time cost 61 us a layer at 513
+ * positions in the profile of 317feb9.
  */
 #ifndef X4_MLA_ATTN_CUH
 #define X4_MLA_ATTN_CUH
 
 #include "core_dev.cuh"
+#include "pdl.cuh"
 
 namespace x4c {
 
 constexpr int MLA_HG = 8;         /* heads a block (one warp each in the softmax) */
 constexpr int MLA_T = 32;         /* rows a tile (one lane each in the softmax) */
 constexpr int MLA_THREADS = 256;  /* 8 warps x 4 rows = one tile of scores */
-constexpr int MLA_MIN_SPAN = 128; /* rows a split at least: partials stay small */
-constexpr int MLA_MAX_SPLIT = 128;
+constexpr int MLA_MIN_SPAN = 32;  /* rows a split at least: one tile */
+constexpr int MLA_MAX_SPLIT = 64; /* 256 blocks of 8 heads at the model's 32: two an SM;
+				   * more splits would move more partial bytes than cache
+				   * bytes past ~4096 positions (66 KB of partials a split) */
+constexpr int MLA_QB = 16;        /* float2 query loads a thread: 8 heads x 1024 / 512 */
 
 /* The rows a split covers and how many splits are in use, for len rows
  * over nsplit available splits (same on the host and in both kernels). */
@@ -78,7 +89,32 @@ __device__ __forceinline__ int mla_len(const mla_params &a, int tok)
 		}                                                           \
 	}
 
+/* Two fp16 values packed in a 32-bit word (the lower address in the low half). */
+__device__ __forceinline__ float2 h2f2(uint32_t u)
+{
+	return make_float2(__half2float(__ushort_as_half((unsigned short)(u & 0xffffu))),
+			   __half2float(__ushort_as_half((unsigned short)(u >> 16))));
+}
+
+/* The score phase's half2 steps a lane: the smallest instance that covers a
+ * row of cw/2 half2 in steps of 32. */
+inline int mla_cpi(int cw)
+{
+	const int n = (cw / 2 + 31) / 32;
+	return n <= 1 ? 1 : n <= 2 ? 2 : n <= 4 ? 4 : n <= 9 ? 9 : 16;
+}
+
+#define X4C_MLA_CPI_SWITCH(cw, CPI, ...)                                 \
+	switch (mla_cpi(cw)) {                                          \
+	case 1: { constexpr int CPI = 1; __VA_ARGS__; } break;          \
+	case 2: { constexpr int CPI = 2; __VA_ARGS__; } break;          \
+	case 4: { constexpr int CPI = 4; __VA_ARGS__; } break;          \
+	case 9: { constexpr int CPI = 9; __VA_ARGS__; } break;          \
+	default: { constexpr int CPI = 16; __VA_ARGS__; } break;        \
+	}
+
 /* static: each including file gets its own copy of the kernel */
+template <int CPI>
 static __global__ void __launch_bounds__(MLA_THREADS) mla_attn_kernel(mla_params a)
 {
 	extern __shared__ __align__(16) float sm[];
@@ -91,6 +127,8 @@ static __global__ void __launch_bounds__(MLA_THREADS) mla_attn_kernel(mla_params
 	const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 	const int tok = blockIdx.z, h0 = blockIdx.y * MLA_HG, split = blockIdx.x;
 	const int nsplit = gridDim.x;
+	x4p::trigger();
+	x4p::wait(); /* the position, the queries and this step's cache row (pdl.cuh) */
 	const int len = mla_len(a, tok);
 	int span, nsp;
 	mla_span(len, nsplit, &span, &nsp);
@@ -106,9 +144,23 @@ static __global__ void __launch_bounds__(MLA_THREADS) mla_attn_kernel(mla_params
 		return;
 	const int t0 = split * span, t1 = min(len, t0 + span);
 
-	for (int i = tid; i < MLA_HG * cw; i += MLA_THREADS) {
-		int h = i / cw;
-		sq[i] = h0 + h < a.n_head ? a.qt[((size_t)tok * a.n_head + h0) * cw + i] : 0.f;
+	{
+		/* the 8 heads' queries, every load of the thread first (cw is even) */
+		const int n2 = MLA_HG * cp2, nh2 = (a.n_head - h0) * cp2;
+		const float2 *q2 = reinterpret_cast<const float2 *>(a.qt + ((size_t)tok * a.n_head + h0) * cw);
+		float2 qv[MLA_QB];
+#pragma unroll
+		for (int k = 0; k < MLA_QB; k++) {
+			const int i = tid + k * MLA_THREADS;
+			qv[k] = i < n2 && i < nh2 ? q2[i] : make_float2(0.f, 0.f);
+		}
+		float2 *sq2w = reinterpret_cast<float2 *>(sq);
+#pragma unroll
+		for (int k = 0; k < MLA_QB; k++) {
+			const int i = tid + k * MLA_THREADS;
+			if (i < n2)
+				sq2w[i] = qv[k];
+		}
 	}
 	float m_run = -INFINITY, l_run = 0; /* head `warp`'s, the same in every lane */
 	float acc[MLA_HG][2];
@@ -117,6 +169,7 @@ static __global__ void __launch_bounds__(MLA_THREADS) mla_attn_kernel(mla_params
 		acc[h][0] = acc[h][1] = 0.f;
 	__syncthreads();
 	const float2 *sq2 = reinterpret_cast<const float2 *>(sq);
+	const uint32_t *cu = reinterpret_cast<const uint32_t *>(a.cache); /* half2 words */
 
 	for (int tb = t0; tb < t1; tb += MLA_T) {
 		/* scores: rows pb..pb+3 x heads 0..7, index j*8 + h */
@@ -125,12 +178,23 @@ static __global__ void __launch_bounds__(MLA_THREADS) mla_attn_kernel(mla_params
 #pragma unroll
 		for (int i = 0; i < 32; i++)
 			v[i] = 0.f;
-		for (int cp = lane; cp < cp2; cp += 32) {
+		uint32_t kr[CPI][4];
+#pragma unroll
+		for (int i = 0; i < CPI; i++) {
+			const int cp = lane + 32 * i;
+#pragma unroll
+			for (int j = 0; j < 4; j++)
+				kr[i][j] = cp < cp2 && pb + j < t1 ? __ldg(cu + (size_t)(pb + j) * cp2 + cp) : 0u;
+		}
+#pragma unroll
+		for (int i = 0; i < CPI; i++) {
+			const int cp = lane + 32 * i;
+			if (cp >= cp2)
+				break;
 			float2 kf[4];
 #pragma unroll
 			for (int j = 0; j < 4; j++)
-				kf[j] = pb + j < t1 ? __half22float2(a.cache[(size_t)(pb + j) * cp2 + cp])
-						    : make_float2(0.f, 0.f);
+				kf[j] = h2f2(kr[i][j]);
 #pragma unroll
 			for (int h = 0; h < MLA_HG; h++) {
 				float2 q = sq2[h * cp2 + cp];
@@ -172,9 +236,15 @@ static __global__ void __launch_bounds__(MLA_THREADS) mla_attn_kernel(mla_params
 				acc[h][1] *= sal[h];
 			}
 			const int n = min(MLA_T, t1 - tb);
-#pragma unroll 4
-			for (int j = 0; j < n; j++) {
-				float2 vv = __half22float2(a.cache[(size_t)(tb + j) * cp2 + tid]);
+			uint32_t vr[MLA_T];
+#pragma unroll
+			for (int j = 0; j < MLA_T; j++)
+				vr[j] = j < n ? cu[(size_t)(tb + j) * cp2 + tid] : 0u;
+#pragma unroll
+			for (int j = 0; j < MLA_T; j++) {
+				if (j >= n)
+					break;
+				float2 vv = h2f2(vr[j]);
 				float4 p0 = *reinterpret_cast<const float4 *>(spt + j * MLA_HG);
 				float4 p1 = *reinterpret_cast<const float4 *>(spt + j * MLA_HG + 4);
 				float pp[8] = { p0.x, p0.y, p0.z, p0.w, p1.x, p1.y, p1.z, p1.w };

@@ -11,17 +11,25 @@ using namespace x4c;
 
 namespace {
 
-__global__ void __launch_bounds__(MLA_MAX_SPLIT)
+constexpr int MLA_COMB_COLS = 128; /* latent columns a combine block */
+
+/* Block (head, 128 columns): the splits' weights exp(m_i - M) and L once
+ * (nsp <= MLA_MAX_SPLIT <= blockDim), then a thread a column summing the
+ * splits in split order, eight loads in flight. */
+__global__ void __launch_bounds__(MLA_COMB_COLS)
 mla_combine_kernel(mla_params a, int nsplit)
 {
 	__shared__ float sw[MLA_MAX_SPLIT];
 	__shared__ float red[32];
-	const int h = blockIdx.x, tok = blockIdx.y, tid = threadIdx.x;
+	const int h = blockIdx.x, tok = blockIdx.z, tid = threadIdx.x;
+	const int c = blockIdx.y * MLA_COMB_COLS + tid;
+	x4p::trigger();
+	x4p::wait();
 	int span, nsp;
 	mla_span(mla_len(a, tok), nsplit, &span, &nsp);
 	float *o = a.ob + ((size_t)tok * a.n_head + h) * a.kv_lora;
 	if (nsp == 0) { /* nothing to attend: a defined zero (uniform branch) */
-		for (int c = tid; c < a.kv_lora; c += blockDim.x)
+		if (c < a.kv_lora)
 			o[c] = 0.f;
 		return;
 	}
@@ -34,13 +42,23 @@ mla_combine_kernel(mla_params a, int nsplit)
 	if (tid < MLA_MAX_SPLIT)
 		sw[tid] = w;
 	__syncthreads();
+	if (c >= a.kv_lora)
+		return;
 	const float inv = 1.0f / L;
-	for (int c = tid; c < a.kv_lora; c += blockDim.x) {
-		float t = 0;
-		for (int i = 0; i < nsp; i++)
-			t = fmaf(__ldg(a.pacc + (base + (size_t)i * a.n_head) * a.kv_lora + c), sw[i], t);
-		o[c] = t * inv;
+	const float *p = a.pacc + base * a.kv_lora + c;
+	const size_t stride = (size_t)a.n_head * a.kv_lora;
+	float t = 0;
+	for (int i0 = 0; i0 < nsp; i0 += 8) {
+		float pv[8];
+#pragma unroll
+		for (int j = 0; j < 8; j++)
+			pv[j] = i0 + j < nsp ? __ldg(p + (size_t)(i0 + j) * stride) : 0.f;
+#pragma unroll
+		for (int j = 0; j < 8; j++)
+			if (i0 + j < nsp)
+				t = fmaf(pv[j], sw[i0 + j], t);
 	}
+	o[c] = t * inv;
 }
 
 bool aligned(const void *p, size_t n) { return ((uintptr_t)p % n) == 0; }
@@ -90,10 +108,11 @@ extern "C" int x4k_mla_decode(int n_head, int kv_lora, int d_rope, const float *
 	a.max_ctx = max_ctx;
 	a.scale = kq_scale;
 	dim3 grid(nsplit, (n_head + MLA_HG - 1) / MLA_HG, 1);
-	mla_attn_kernel<<<grid, MLA_THREADS, mla_smem_bytes(cw), s>>>(a);
+	X4C_MLA_CPI_SWITCH(cw, CPI, x4p::launch(mla_attn_kernel<CPI>, grid, dim3(MLA_THREADS), mla_smem_bytes(cw), s, a));
 	int rc = x4_cuda_launched("x4k_mla_decode: attention", e);
 	if (rc || nsplit == 1)
 		return rc;
-	mla_combine_kernel<<<dim3(n_head, 1), MLA_MAX_SPLIT, 0, s>>>(a, nsplit);
+	dim3 cgrid(n_head, (kv_lora + MLA_COMB_COLS - 1) / MLA_COMB_COLS, 1);
+	x4p::launch(mla_combine_kernel, cgrid, dim3(MLA_COMB_COLS), 0, s, a, nsplit);
 	return x4_cuda_launched("x4k_mla_decode: combine", e);
 }

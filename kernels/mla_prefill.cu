@@ -38,6 +38,6 @@ extern "C" int x4k_mla_prefill(int n_tok, int n_head, int kv_lora, int d_rope, c
 	a.max_ctx = max_ctx;
 	a.scale = kq_scale;
 	dim3 grid(1, (n_head + MLA_HG - 1) / MLA_HG, n_tok);
-	mla_attn_kernel<<<grid, MLA_THREADS, mla_smem_bytes(cw), s>>>(a);
+	X4C_MLA_CPI_SWITCH(cw, CPI, mla_attn_kernel<CPI><<<grid, MLA_THREADS, mla_smem_bytes(cw), s>>>(a));
 	return x4_cuda_launched("x4k_mla_prefill: attention", e);
 }

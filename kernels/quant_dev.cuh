@@ -23,6 +23,7 @@
 #include <stdint.h>
 
 #include "x4.h"
+#include "pdl.cuh"
 
 namespace x4d {
 
@@ -257,6 +258,148 @@ __device__ __forceinline__ void gemv_block(uint8_t *smem, const uint8_t *const (
 #pragma unroll
 			for (int o = 16; o; o >>= 1)
 				acc[m][v] = __fadd_rn(acc[m][v], __shfl_xor_sync(0xffffffffu, acc[m][v], o));
+}
+
+/* ---------------- the IQ4_NL register core ----------------
+ * For rows of k % 256 == 0 values at 16-byte aligned addresses (every
+ * IQ4_NL matrix of the model): 8 blocks (256 values, 144 bytes) start at a
+ * 16-byte boundary, so a lane loads its 8-block group with nine 16-byte
+ * loads straight into registers (ld.global.nc: the lanes of a warp are 144
+ * bytes apart, and the halves of a sector one load leaves the next one
+ * finds in L1) and decodes it with compile-time byte offsets.  A code
+ * becomes a float without I2F (a quarter-rate conversion: 16 a clock an SM
+ * caps IQ4_NL near 2.3 TB/s on the H200): the codebook lookup yields the
+ * code + 128 as a byte, PRMT puts it under the exponent of 2^23 and one
+ * FADD takes 2^23 + 128 off, exactly.  About 4.4 instructions a weight
+ * (lookup 1.4, PRMT, FADD, FFMA): the issue rate allows ~4 TB/s.  Per block the sum runs as in
+ * chunk_dot (value order, then the scale), then block after block. */
+
+constexpr int IQ_THREADS = 128; /* a block: (row set, group) a lane */
+
+/* The codebook + 128 as bytes (codes 0..3, 4..7, 8..11, 12..15) and
+ * 0x4b000000, held in registers: opaque copies (or-ed with a zero the
+ * compiler cannot see through), since a PRMT with two constant operands
+ * costs a register move for one of them at every use. */
+struct iq4_consts {
+	uint32_t t0, t1, t2, t3, e;
+};
+
+__device__ __forceinline__ iq4_consts iq4_consts_of(uint32_t zero)
+{
+	return { 0x3f2d1801u | zero, 0x766a5d4fu | zero, 0xa6998d81u | zero, 0xf1d9c5b5u | zero,
+		 0x4b000000u | zero };
+}
+
+/* Four codes (4-bit fields 0..3 of q) -> their codebook values + 128 as bytes. */
+__device__ __forceinline__ uint32_t iq4_lookup4_biased(uint32_t q, const iq4_consts &k)
+{
+	uint32_t lo = __byte_perm(k.t0, k.t1, q), hi = __byte_perm(k.t2, k.t3, q);
+	return __byte_perm(lo, hi, 0x3210u | ((q & 0x8888u) >> 1));
+}
+
+/* Byte j of w (a code + 128) as the float value of the code; e is
+ * 0x4b000000 in a register (iq4_consts). */
+template <int J>
+__device__ __forceinline__ float iq4_val(uint32_t w, uint32_t e)
+{
+	return __fadd_rn(__uint_as_float(__byte_perm(w, e, 0x7540u | J)), -8388736.0f);
+}
+
+/* Bytes [b, b + 4) of the 144-byte group held in W[36] (b even; a
+ * constant once the loops are unrolled, so W stays in registers). */
+__device__ __forceinline__ uint32_t grp_word(const uint32_t (&W)[36], int b)
+{
+	return b % 4 == 0 ? W[b / 4] : __byte_perm(W[b / 4], W[b / 4 + 1], 0x5432u);
+}
+
+template <int B>
+__device__ __forceinline__ float grp_f16(const uint32_t (&W)[36])
+{
+	const uint32_t w = W[B / 4];
+	return f16((uint16_t)(B % 4 == 0 ? w & 0xffffu : w >> 16));
+}
+
+/* s = sum of the 32 products of block J of W with x[0..31] (xv: 8 float4),
+ * in chunk_dot's order; returns fma(d, s, acc).  The low half of a qs word
+ * is already four codes in selector order (byte 0 low, byte 0 high, byte 1
+ * low, byte 1 high: values 4i, 16+4i, 4i+1, 16+4i+1), so the lookup takes
+ * the word as it is, and its high half shifted, with no nibble packing. */
+template <int J>
+__device__ __forceinline__ float iq4_block(const uint32_t (&W)[36], const float4 (&xv)[8], float acc,
+					   const iq4_consts &k)
+{
+	float s = 0.f;
+#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		const uint32_t w = grp_word(W, 18 * J + 2 + 4 * i);
+		const uint32_t a = iq4_lookup4_biased(w, k), b = iq4_lookup4_biased(w >> 16, k);
+		const float4 xl = xv[i], xh = xv[4 + i]; /* values 4i.., 16 + 4i.. */
+		s = __fmaf_rn(iq4_val<0>(a, k.e), xl.x, s);
+		s = __fmaf_rn(iq4_val<1>(a, k.e), xh.x, s);
+		s = __fmaf_rn(iq4_val<2>(a, k.e), xl.y, s);
+		s = __fmaf_rn(iq4_val<3>(a, k.e), xh.y, s);
+		s = __fmaf_rn(iq4_val<0>(b, k.e), xl.z, s);
+		s = __fmaf_rn(iq4_val<1>(b, k.e), xh.z, s);
+		s = __fmaf_rn(iq4_val<2>(b, k.e), xl.w, s);
+		s = __fmaf_rn(iq4_val<3>(b, k.e), xh.w, s);
+	}
+	return __fmaf_rn(grp_f16<18 * J>(W), s, acc);
+}
+
+template <int J, int NW>
+__device__ __forceinline__ void iq4_blocks(const uint32_t (&W)[NW][36], const float4 *__restrict__ xg,
+					   float (&acc)[NW], const iq4_consts &k)
+{
+	if constexpr (J < 8) {
+		float4 xv[8];
+#pragma unroll
+		for (int m = 0; m < 8; m++)
+			xv[m] = __ldg(xg + 8 * J + m);
+#pragma unroll
+		for (int i = 0; i < NW; i++)
+			acc[i] = iq4_block<J>(W[i], xv, acc[i], k);
+		iq4_blocks<J + 1, NW>(W, xg, acc, k);
+	}
+}
+
+/* acc[i] += the group's 256 weights of row i (wp[i]: 144 bytes, 16-byte
+ * aligned) . xg[0..255] (16-byte aligned), for NW rows sharing x.  WAIT:
+ * the weights do not depend on the previous kernel, x does: x4p::wait()
+ * between their loads (pdl.cuh). */
+template <int NW, bool WAIT = false>
+__device__ __forceinline__ void iq4_group_dot(const uint4 *const (&wp)[NW], const float4 *__restrict__ xg,
+					      float (&acc)[NW])
+{
+	uint32_t W[NW][36];
+#pragma unroll
+	for (int i = 0; i < NW; i++)
+#pragma unroll
+		for (int q = 0; q < 9; q++) {
+			const uint4 v = __ldg(wp[i] + q);
+			W[i][4 * q] = v.x, W[i][4 * q + 1] = v.y, W[i][4 * q + 2] = v.z, W[i][4 * q + 3] = v.w;
+		}
+	if (WAIT) {
+		x4p::trigger();
+		x4p::wait();
+	}
+	/* A zero made from a word of every load, or-ed into every word: each
+	 * decode then waits for all the loads, so the compiler issues them all
+	 * first instead of one dependent round per use (x + 0 as in the BF16
+	 * gemv; here the zero is the bits of +0.0f). */
+	float z = 0.f;
+#pragma unroll
+	for (int i = 0; i < NW; i++)
+#pragma unroll
+		for (int q = 0; q < 9; q++)
+			z = __fmaf_rn(__uint_as_float(W[i][4 * q] & 0x007fffffu), 0.f, z);
+	const uint32_t zi = __float_as_uint(z);
+#pragma unroll
+	for (int i = 0; i < NW; i++)
+#pragma unroll
+		for (int q = 0; q < 36; q++)
+			W[i][q] |= zi;
+	const iq4_consts k = iq4_consts_of(zi);
+	iq4_blocks<0, NW>(W, xg, acc, k);
 }
 
 /* ---------------- the gemm core ---------------- */

@@ -4,6 +4,7 @@
  * read on the device (*pos + token), so a captured graph replays each step.
  */
 #include "core_dev.cuh"
+#include "pdl.cuh"
 
 namespace {
 
@@ -13,6 +14,8 @@ __global__ void rope_kernel(long total, int n_vec, int half, const float *in, lo
 			    const float *__restrict__ omega, const int *__restrict__ pos)
 {
 	const long idx = (long)blockIdx.x * blockDim.x + threadIdx.x;
+	x4p::trigger();
+	x4p::wait();
 	if (idx >= total)
 		return;
 	const int i = (int)(idx % half);
@@ -42,7 +45,7 @@ extern "C" int x4k_rope(int n_tok, int n_vec, int d_rope, const float *in, long 
 		return x4_err_set(e, X4_EINVAL, "x4k_rope: NULL buffer");
 	const int half = d_rope / 2;
 	const long total = (long)n_tok * n_vec * half;
-	rope_kernel<<<(unsigned)((total + 127) / 128), 128, 0, s>>>(
-		total, n_vec, half, in, ld_in_tok, ld_in_vec, out, ld_out_tok, ld_out_vec, omega, pos);
+	x4p::launch(rope_kernel, dim3((unsigned)((total + 127) / 128)), dim3(128), 0, s, total, n_vec, half,
+		    in, ld_in_tok, ld_in_vec, out, ld_out_tok, ld_out_vec, omega, pos);
 	return x4_cuda_launched("x4k_rope: launch", e);
 }

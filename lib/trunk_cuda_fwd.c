@@ -54,6 +54,17 @@ static int mark2(const fwd *f, int cls, const char *label, uint64_t b0, uint64_t
 	return 0;
 }
 
+/* Two products of the same x (q_a and kv_a): one launch at decode. */
+static int mm2(const fwd *f, const x4_gguf_tensor *ha, const void *da, float *ya,
+	       const x4_gguf_tensor *hb, const void *db, float *yb, const float *x)
+{
+	if (f->T == 1 && ha->type == hb->type && ha->ne[0] == hb->ne[0])
+		return x4k_gemv2(ha->type, da, (int)ha->ne[1], ya, db, (int)hb->ne[1], yb,
+				 (int)ha->ne[0], x, f->s, f->e);
+	int rc = mm(f, ha, da, x, ya);
+	return rc ? rc : mm(f, hb, db, x, yb);
+}
+
 static void swap_streams(x4_cuda_ws *w)
 {
 	float *tmp = w->H;
@@ -97,17 +108,19 @@ static int narrow(const fwd *f)
 	return 0;
 }
 
-/* docs/forward.md 5.1 for one sublayer's gate: coef and the collapse x from the
- * streams.  pend (not NULL) is the previous sublayer's coefficients, whose
- * update A4/F4 with y is applied first, in the same kernel. */
+/* docs/forward.md 5.1 for one sublayer's gate: coef and the collapse x from
+ * the streams, then the sublayer's RMSNorm (gain) of x into xh, in the gate's
+ * kernel at decode sizes.  pend (not NULL) is the previous sublayer's
+ * coefficients, whose update A4/F4 with y is applied first, in the same
+ * kernel. */
 static int gate(const fwd *f, const void *fn, const void *base, const void *scale,
-		const float *pend, float *coef)
+		const float *pend, float *coef, const float *gain)
 {
 	x4_trunk_cuda *t = f->t;
 	x4_cuda_ws *w = f->w;
-	int rc = x4k_hc_pre(&t->hc, f->T, w->H, fn, base, scale, pend ? w->y : NULL, pend,
-			    pend ? w->Hn : NULL, w->x, coef, t->o.hc_eager, w->hc_ws,
-			    w->hc_ws_bytes, f->s, f->e);
+	int rc = x4k_hc_pre_norm(&t->hc, f->T, w->H, fn, base, scale, pend ? w->y : NULL, pend,
+				 pend ? w->Hn : NULL, w->x, coef, gain, f->c->rms_eps, w->xh,
+				 t->o.hc_eager, w->hc_ws, w->hc_ws_bytes, f->s, f->e);
 	if (!rc && pend)
 		swap_streams(w);
 	return rc;
@@ -170,24 +183,20 @@ static int mla(const fwd *f, int b)
 	uint16_t *cache = t->cache + (size_t)b * (size_t)t->max_ctx * (size_t)cw;
 	float eps = c->rms_eps;
 	int rc;
-	if ((rc = mark(f, X4_PC_ATTN, "attn_q_a", hw->attn_q_a->nbytes)) ||
-	    (rc = mm(f, hw->attn_q_a, d->attn_q_a, w->xh, w->cq)) ||
-	    (rc = mark(f, X4_PC_ATTN, "attn_kv_a", hw->attn_kv_a_mqa->nbytes)) ||
-	    (rc = mm(f, hw->attn_kv_a_mqa, d->attn_kv_a_mqa, w->xh, w->kva)) ||
-	    (rc = mark(f, X4_PC_ATTN, "attn_q_a_norm", hw->attn_q_a_norm->nbytes)) ||
-	    (rc = x4k_rmsnorm(T, c->q_lora, w->cq, c->q_lora, d->attn_q_a_norm, eps, w->cq,
-			      c->q_lora, f->s, f->e)) ||
-	    (rc = mark(f, X4_PC_ATTN, "attn_kv_store", hw->attn_kv_a_norm->nbytes)) ||
-	    (rc = x4k_kv_store(T, kvl, dr, w->kva, d->attn_kv_a_norm, eps, w->omega, w->pos, cache,
-			       t->max_ctx, f->s, f->e)) ||
+	if ((rc = mark(f, X4_PC_ATTN, "attn_q_a_kv_a",
+		       hw->attn_q_a->nbytes + hw->attn_kv_a_mqa->nbytes)) ||
+	    (rc = mm2(f, hw->attn_q_a, d->attn_q_a, w->cq, hw->attn_kv_a_mqa, d->attn_kv_a_mqa,
+		      w->kva, w->xh)) ||
+	    (rc = mark(f, X4_PC_ATTN, "attn_kv_store_q_norm",
+		       hw->attn_kv_a_norm->nbytes + hw->attn_q_a_norm->nbytes)) ||
+	    (rc = x4k_kv_store_norm(T, kvl, dr, w->kva, d->attn_kv_a_norm, eps, w->omega, w->pos,
+				    cache, t->max_ctx, c->q_lora, w->cq, d->attn_q_a_norm, f->s,
+				    f->e)) ||
 	    (rc = mark(f, X4_PC_ATTN, "attn_q_b", hw->attn_q_b->nbytes)) ||
 	    (rc = mm(f, hw->attn_q_b, d->attn_q_b, w->cq, w->q)) ||
-	    (rc = mark(f, X4_PC_ATTN, "attn_rope", 0)) ||
-	    (rc = x4k_rope(T, nh, dr, w->q + c->d_nope, (long)nh * c->d_qk, c->d_qk, w->qt + kvl,
-			   (long)nh * cw, cw, w->omega, w->pos, f->s, f->e)) ||
-	    (rc = mark(f, X4_PC_ATTN, "attn_absorb_q", hw->attn_k_b->nbytes)) ||
-	    (rc = x4k_mla_absorb_q(T, nh, kvl, c->d_nope, dr, d->attn_k_b, w->q, w->qt, f->s,
-				   f->e)))
+	    (rc = mark(f, X4_PC_ATTN, "attn_absorb_q_rope", hw->attn_k_b->nbytes)) ||
+	    (rc = x4k_mla_absorb_q_rope(T, nh, kvl, c->d_nope, dr, d->attn_k_b, w->q, w->qt,
+					w->omega, w->pos, f->s, f->e)))
 		return rc;
 	/* The cache rows [0, chunk position + T) of this layer, fp16. */
 	x4_prof_op_cache(t->prof, X4_PC_ATTN, T == 1 ? "attn_decode" : "attn_prefill",
@@ -213,10 +222,19 @@ static int swiglu_ffn(const fwd *f, int cls, const x4_gguf_tensor *hg, const voi
 {
 	x4_cuda_ws *w = f->w;
 	int rc;
-	if ((rc = mark(f, cls, "ffn_gate", hg->nbytes)) || (rc = mm(f, hg, dg, w->xh, w->g)) ||
-	    (rc = mark(f, cls, "ffn_up", hu->nbytes)) || (rc = mm(f, hu, du, w->xh, w->u)) ||
-	    (rc = mark(f, cls, "ffn_swiglu", 0)) ||
-	    (rc = x4k_swiglu((int64_t)f->T * (int64_t)hg->ne[1], w->g, w->u, w->h, f->s, f->e)))
+	bool one = f->T == 1 && hg->type == hu->type && hg->ne[0] == hu->ne[0] &&
+		   hg->ne[1] == hu->ne[1];
+	if (one) {
+		mark(f, cls, "ffn_gate_up_swiglu", hg->nbytes + hu->nbytes);
+		rc = x4k_gemv_swiglu(hg->type, dg, du, (int)hg->ne[1], (int)hg->ne[0], w->xh, w->g,
+				     w->u, w->h, f->s, f->e);
+	} else if (!(rc = mark(f, cls, "ffn_gate", hg->nbytes)) &&
+		   !(rc = mm(f, hg, dg, w->xh, w->g)) &&
+		   !(rc = mark(f, cls, "ffn_up", hu->nbytes)) &&
+		   !(rc = mm(f, hu, du, w->xh, w->u)) && !(rc = mark(f, cls, "ffn_swiglu", 0))) {
+		rc = x4k_swiglu((int64_t)f->T * (int64_t)hg->ne[1], w->g, w->u, w->h, f->s, f->e);
+	}
+	if (rc)
 		return rc;
 	mark(f, cls, "ffn_down", hd->nbytes);
 	return mm(f, hd, dd, w->h, out);
@@ -245,10 +263,8 @@ static int moe(const fwd *f, int b, x4k_moe_routes *r)
 	}
 	if (rc || (rc = mark2(f, X4_PC_ROUTER, "moe_router", hw->ffn_gate_inp->nbytes,
 			      hw->exp_probs_b->nbytes)) ||
-	    (rc = x4k_moe_router(r, w->xh, c->n_embd, d->ffn_gate_inp, d->exp_probs_b,
+	    (rc = x4k_moe_router_table(r, w->xh, c->n_embd, d->ffn_gate_inp, d->exp_probs_b,
 				       c->expert_scale, c->expert_norm, f->s, f->e)) ||
-	    (rc = mark(f, X4_PC_ROUTER, "moe_route_table", 0)) ||
-	    (rc = x4k_moe_route_table(r, f->s, f->e)) ||
 	    (rc = mark2(f, X4_PC_EXPERTS, "moe_experts", gu, dn)) ||
 	    (rc = x4k_moe_experts(r, hw->ffn_gate_exps->type, w->xh, c->n_embd, c->n_ff_exp,
 				  d->ffn_gate_exps, d->ffn_up_exps, d->ffn_down_exps, w->exp_ws,
@@ -276,11 +292,10 @@ static int blocks(const fwd *f, bool observe)
 	for (int b = 0; b < c->n_block; b++) {
 		const x4_block_w *hw = &t->m->blk[b];
 		const x4_block_dev *d = &t->blk[b];
-		if ((rc = mark(f, X4_PC_HC, "hc_attn_gate", hw->hc_attn_fn->nbytes)) ||
-		    (rc = gate(f, d->hc_attn_fn, d->hc_attn_base, d->hc_attn_scale, pend, w->coef_a)) ||
-		    (rc = mark(f, X4_PC_NORM, "attn_norm", hw->attn_norm->nbytes)) ||
-		    (rc = x4k_rmsnorm(f->T, c->n_embd, w->x, c->n_embd, d->attn_norm, c->rms_eps,
-				      w->xh, c->n_embd, f->s, f->e)) ||
+		if ((rc = mark(f, X4_PC_HC, "hc_attn_gate_norm",
+			       hw->hc_attn_fn->nbytes + hw->attn_norm->nbytes)) ||
+		    (rc = gate(f, d->hc_attn_fn, d->hc_attn_base, d->hc_attn_scale, pend, w->coef_a,
+			       d->attn_norm)) ||
 		    (rc = narrow_sub(f)) || (rc = mla(f, b)))
 			return rc;
 		pend = w->coef_a;
@@ -289,11 +304,10 @@ static int blocks(const fwd *f, bool observe)
 				return rc;
 			pend = NULL;
 		}
-		if ((rc = mark(f, X4_PC_HC, "hc_ffn_gate", hw->hc_ffn_fn->nbytes)) ||
-		    (rc = gate(f, d->hc_ffn_fn, d->hc_ffn_base, d->hc_ffn_scale, pend, w->coef_f)) ||
-		    (rc = mark(f, X4_PC_NORM, "ffn_norm", hw->ffn_norm->nbytes)) ||
-		    (rc = x4k_rmsnorm(f->T, c->n_embd, w->x, c->n_embd, d->ffn_norm, c->rms_eps,
-				      w->xh, c->n_embd, f->s, f->e)) || (rc = narrow_sub(f)))
+		if ((rc = mark(f, X4_PC_HC, "hc_ffn_gate_norm",
+			       hw->hc_ffn_fn->nbytes + hw->ffn_norm->nbytes)) ||
+		    (rc = gate(f, d->hc_ffn_fn, d->hc_ffn_base, d->hc_ffn_scale, pend, w->coef_f,
+			       d->ffn_norm)) || (rc = narrow_sub(f)))
 			return rc;
 		x4k_moe_routes r;
 		if (hw->moe)

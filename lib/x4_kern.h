@@ -35,12 +35,35 @@ extern "C" {
 #endif
 
 #ifdef X4K_HAVE_CUDA
+/* Programmatic dependent launch for the decode step's kernels (compute
+ * capability 9.0 and later; kernels/pdl.cuh): process-wide, off until set;
+ * a graph keeps the setting it was captured with.  The arithmetic does not
+ * change: the results are the same bits either way.  `make X4_PDL=1` builds
+ * with it on from the start. */
+void x4k_pdl_set(int on);
+int x4k_pdl_get(void);
+
 /* ============ 1. quantized products and the MoE ============ */
 
 /* y = W x.  type: X4_T_IQ4_NL (k % 32 == 0), X4_T_Q6_K (k % 256 == 0) or
  * X4_T_BF16 (any k).  w: n rows of k; x: [k]; y: [n]. */
 int x4k_gemv(int type, const void *w, int n, int k, const float *x, float *y,
 	     cudaStream_t s, x4_err *e);
+
+/* Two products that read the same x, in one launch where the shapes allow
+ * (BF16 with k % 8 == 0, 16-byte aligned: the attention's q_a and kv_a):
+ * y1 = W1 x (n1 rows), y2 = W2 x (n2 rows), each row's sum the same bits
+ * as x4k_gemv's.  Otherwise two x4k_gemv launches. */
+int x4k_gemv2(int type, const void *w1, int n1, float *y1, const void *w2, int n2, float *y2,
+	      int k, const float *x, cudaStream_t s, x4_err *e);
+
+/* h = silu(W_gate x) * (W_up x) for one token ([n]), the SwiGLU product in
+ * fp32 as x4k_swiglu forms it: one launch for IQ4_NL with k % 256 == 0 and
+ * 16-byte aligned weights and x (each sum the same bits as x4k_gemv's);
+ * otherwise x4k_gemv into the scratch g and u ([n] each, needed then),
+ * then x4k_swiglu. */
+int x4k_gemv_swiglu(int type, const void *w_gate, const void *w_up, int n, int k, const float *x,
+		    float *g, float *u, float *h, cudaStream_t s, x4_err *e);
 
 /* Y = X W^T for n_tok tokens: x [n_tok][k], y [n_tok][n].  A weight tile is
  * dequantized once into shared memory and reused across 64 tokens. */
@@ -94,6 +117,12 @@ int x4k_moe_routes_init(x4k_moe_routes *r, void *ws, size_t ws_bytes, int n_tok,
 int x4k_moe_router(const x4k_moe_routes *r, const float *x, int d, const float *w_r,
 		   const float *bias, float scale, bool norm, cudaStream_t s,
 		   x4_err *e);
+
+/* x4k_moe_router then x4k_moe_route_table, in the fewest launches: up to 4
+ * tokens and 32 routes (the decode step) the selection's block also builds
+ * the table (two launches instead of three), with the same contents. */
+int x4k_moe_router_table(const x4k_moe_routes *r, const float *x, int d, const float *w_r,
+			 const float *bias, float scale, bool norm, cudaStream_t s, x4_err *e);
 
 /* counts, offsets, route, the tile list and n_tiles from r->sel, on the
  * device (no read-back): a stable counting sort, so the table depends only
@@ -184,6 +213,16 @@ int x4k_hc_pre(const x4k_hc_cfg *c, int n_tok, const float *H, const uint16_t *f
 	       const float *base, const float *scale, const float *y_prev,
 	       const float *coef_prev, float *H_out, float *x, float *coef, bool eager,
 	       void *ws, size_t ws_bytes, cudaStream_t s, x4_err *e);
+/* x4k_hc_pre followed by the sublayer's RMSNorm of its collapse: xh[t] =
+ * gain * x[t] / sqrt(mean(x[t]^2) + norm_eps) ([n_tok][D], as x4k_rmsnorm
+ * computes it; x is still written).  At decode sizes the norm runs inside
+ * the gate's last block (one launch instead of two); otherwise it is a
+ * second launch. */
+int x4k_hc_pre_norm(const x4k_hc_cfg *c, int n_tok, const float *H, const uint16_t *fn,
+		    const float *base, const float *scale, const float *y_prev,
+		    const float *coef_prev, float *H_out, float *x, float *coef, const float *gain,
+		    float norm_eps, float *xh, bool eager, void *ws, size_t ws_bytes, cudaStream_t s,
+		    x4_err *e);
 /* The stream update alone: H_out[t][d] = post[d] * y[t] + sum_s comb[d][s] *
  * H[t][s] (comb [dst][src], docs/forward.md 5.2); H_out may be H. */
 int x4k_hc_post(const x4k_hc_cfg *c, int n_tok, const float *coef, const float *y,
@@ -211,11 +250,23 @@ int x4k_kv_store(int n_tok, int kv_lora, int d_rope, const float *kva, const flo
 		 float eps, const float *omega, const int *pos, uint16_t *cache, int max_ctx,
 		 cudaStream_t s, x4_err *e);
 
+/* x4k_kv_store and, in the same launch, the RMSNorm of q (x4k_rmsnorm with
+ * gain q_gain, eps, in place on q [n_tok][n_q]: the query's c_q norm).
+ * n_tok <= 65535. */
+int x4k_kv_store_norm(int n_tok, int kv_lora, int d_rope, const float *kva, const float *gain,
+		      float eps, const float *omega, const int *pos, uint16_t *cache, int max_ctx,
+		      int n_q, float *q, const float *q_gain, cudaStream_t s, x4_err *e);
+
 /* qt[t][h][c] = sum_n W_kb[h][c][n] q[t][h][n] for c < kv_lora (the rope part
  * of qt is left alone: x4k_rope writes it). */
 int x4k_mla_absorb_q(int n_tok, int n_head, int kv_lora, int d_nope, int d_rope,
 		     const uint16_t *w_kb, const float *q, float *qt, cudaStream_t s,
 		     x4_err *e);
+/* x4k_mla_absorb_q and x4k_rope of q's rope part (q[t][h][d_nope..] into
+ * qt[t][h][kv_lora..], at *pos + t) in one launch, the same arithmetic. */
+int x4k_mla_absorb_q_rope(int n_tok, int n_head, int kv_lora, int d_nope, int d_rope,
+			  const uint16_t *w_kb, const float *q, float *qt, const float *omega,
+			  const int *pos, cudaStream_t s, x4_err *e);
 /* o[t][h][j] = sum_c W_vb[h][j][c] ob[t][h][c]. */
 int x4k_mla_expand_v(int n_tok, int n_head, int kv_lora, int d_v, const uint16_t *w_vb,
 		     const float *ob, float *o, cudaStream_t s, x4_err *e);

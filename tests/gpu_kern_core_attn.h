@@ -77,6 +77,16 @@ static void attn_case(struct attn_data *a, int n_tok, int pos, uint64_t sd, bool
 	char sh2[200];
 	snprintf(sh2, sizeof sh2, "%s (max |score| %.1f)", shape, smax);
 	check(decode ? "mla decode" : "mla prefill", sh2, got, ref, mag, no, 3e-5, 1e-30, ELEM);
+	if (decode) { /* the splits combine in a fixed order: the same bits again */
+		float *again = hmalloc(no * 4);
+		repoison(dob, no * 4);
+		rc = x4k_mla_decode(a->n_head, a->kv_lora, a->d_rope, dqt, a->dcache, a->max_ctx, dpos,
+				    full.kq_scale, dob, ws, wsb, st, &err);
+		dget(again, dob, no * 4);
+		T_OK(rc == 0 && !memcmp(again, got, no * 4), "mla decode twice",
+		     "%s: a second call gave other bits", shape);
+		free(again);
+	}
 	if (time && decode) {
 		char label[96];
 		snprintf(label, sizeof label, "mla decode (32 heads, context %d)", len);
@@ -109,6 +119,10 @@ static void test_attention(void)
 	attn_case(&a, 0, 4, 92, false);
 	attn_case(&a, 3, 2, 93, false);  /* prefill rows 2..4 */
 	attn_case(&a, 3, 5, 94, false);  /* the last token past max_ctx: clamped */
+	attn_free(&a);
+	attn_make(&a, 3, 40, 8, 100, 105); /* tiny odd, split: 71 rows in 3 splits, the last of 7 */
+	attn_case(&a, 0, 70, 106, false);
+	attn_case(&a, 0, 99, 107, false);  /* every row: 4 splits, the last of 4 rows */
 	attn_free(&a);
 	attn_make(&a, full.n_head, full.kv_lora, full.d_rope, 4096, 95);
 	attn_case(&a, 0, 0, 96, false);     /* one row */

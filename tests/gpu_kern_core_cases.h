@@ -83,6 +83,15 @@ static void norm_case(int n_tok, int n, int ld, bool gain, uint64_t sd, bool tim
 		for (int i = n; i < ld; i++)
 			pad = pad && isnan(got[(size_t)t * ld + i]);
 	T_OK(pad, "rmsnorm stays in its row", "%s: wrote past n", shape);
+	{ /* a fixed reduction order: the same bits again */
+		float *again = hmalloc(ny * 4);
+		repoison(dy, ny * 4);
+		int rc2 = x4k_rmsnorm(n_tok, n, dx, ld, gain ? dg : NULL, 1e-6f, dy, ld, st, &err);
+		dget(again, dy, ny * 4);
+		T_OK(rc2 == 0 && !memcmp(again, got, ny * 4), "rmsnorm twice",
+		     "%s: a second call gave other bits", shape);
+		free(again);
+	}
 	if (time)
 		TIME("rmsnorm (1 row of 3584)",
 		     x4k_rmsnorm(1, n, dx, ld, dg, 1e-6f, dy, ld, st, &err));
@@ -95,6 +104,30 @@ static void norm_case(int n_tok, int n, int ld, bool gain, uint64_t sd, bool tim
 	free(got);
 	free(gc);
 	free(rc_);
+}
+
+/* y = x: every value is read before any is written. */
+static void norm_inplace_case(int n_tok, int n, uint64_t sd)
+{
+	char shape[128];
+	snprintf(shape, sizeof shape, "rows %d n %d in place", n_tok, n);
+	seed(sd);
+	size_t ny = (size_t)n_tok * n;
+	float *x = fvec(ny, -3, 3), *g = fvec((size_t)n, 0.5f, 1.5f);
+	float *ref = hmalloc(ny * 4), *got = hmalloc(ny * 4);
+	x4r_rmsnorm(n_tok, n, x, n, g, 1e-6f, ref, n);
+	float *dx = dput(x, ny * 4), *dg = dput(g, (size_t)n * 4);
+	int rc = x4k_rmsnorm(n_tok, n, dx, n, dg, 1e-6f, dx, n, st, &err);
+	dget(got, dx, ny * 4);
+	T_OK(rc == 0, "rmsnorm in place launch", "%s: %s", shape, err.msg);
+	/* fp32, as norm_case: 1e-5 relative */
+	check("rmsnorm in place", shape, got, ref, NULL, ny, 1e-5, 1e-30, ELEM);
+	x4_dev_free(dx);
+	x4_dev_free(dg);
+	free(x);
+	free(g);
+	free(ref);
+	free(got);
 }
 
 static void head_case(int n_tok, int n_hc, int D, uint64_t sd, bool time)
@@ -134,6 +167,11 @@ static void test_norms(void)
 	norm_case(1, full.n_embd, full.n_embd, true, 23, true);
 	norm_case(64, full.n_embd, full.n_embd, true, 24, false);
 	norm_case(8, full.q_lora, full.q_lora, true, 25, false);
+	norm_case(2, 16384, 16384, true, 26, false); /* the widest row held in registers */
+	norm_case(3, 5001, 5003, true, 27, false);   /* scalar loads, two a thread */
+	norm_case(2, 16388, 16388, true, 28, false); /* past the registers: the plain loop */
+	norm_inplace_case(1, full.q_lora, 29);        /* y = x, as the trunk's c_q norm */
+	norm_inplace_case(3, 97, 30);
 	head_case(3, 4, 95, 31, false);
 	head_case(1, full.n_hc, full.n_embd, 32, true);
 	head_case(16, full.n_hc, full.n_embd, 33, false);
@@ -452,8 +490,99 @@ static void hc_ws_serves_fewer(void)
 	hc_free(&d);
 }
 
+/* x4k_hc_pre_norm: the gate, then the sublayer's RMSNorm of its collapse
+ * (fused into the split gate's last block).  xh against the reference norm
+ * of the reference collapse, and against the norm of the collapse the
+ * kernel itself wrote; the same bits twice. */
+static void hc_norm_case(int n_hc, int D, int n_tok, bool eager, uint64_t sd)
+{
+	struct hc_data d;
+	hc_make(&d, n_hc, D, n_tok, 1.5f, sd);
+	size_t K = d.K, nH = K * n_tok, nx = (size_t)D * n_tok, ncf = (size_t)d.nc * n_tok;
+	char shape[160];
+	snprintf(shape, sizeof shape, "n_hc %d D %d tokens %d %s +update +norm", n_hc, D, n_tok,
+		 eager ? "eager" : "fused");
+	float *g = fvec((size_t)D, 0.5f, 1.5f);
+	float *dH = dput(d.H, nH * 4), *dy = dput(d.y, nx * 4), *dcp = dput(d.cp, ncf * 4);
+	void *dfn = dput(d.fn, (size_t)d.nc * K * 2);
+	float *dbase = dput(d.base, (size_t)d.nc * 4), *dscale = dput(d.scale, 12);
+	float *dg = dput(g, (size_t)D * 4);
+	float *dHo = dpoison(nH * 4), *dx = dpoison(nx * 4), *dcf = dpoison(ncf * 4);
+	float *dxh = dpoison(nx * 4);
+	size_t wsb = x4k_hc_workspace_bytes(&d.c, n_tok);
+	void *ws = dpoison(wsb);
+	cudaMemset(ws, 0, wsb);
+	float *rx = hmalloc(nx * 4), *rcf = hmalloc(ncf * 4), *rHo = hmalloc(nH * 4);
+	float *xmag = hmalloc(nx * 4), *rxh = hmalloc(nx * 4), *mag = hmalloc(nx * 4);
+	float *gx = hmalloc(nx * 4), *gxh = hmalloc(nx * 4), *sxh = hmalloc(nx * 4);
+	float *again = hmalloc(nx * 4);
+	x4r_hc_pre(&d.c, n_tok, d.H, d.fn, d.base, d.scale, d.y, d.cp, rHo, rx, rcf, xmag);
+	x4r_rmsnorm(n_tok, D, rx, D, g, 1e-6f, rxh, D);
+	for (int t = 0; t < n_tok; t++) {
+		double ss = 0;
+		for (int i = 0; i < D; i++)
+			ss += (double)rx[(size_t)t * D + i] * rx[(size_t)t * D + i];
+		double inv = 1.0 / sqrt(ss / D + 1e-6);
+		for (int i = 0; i < D; i++) {
+			size_t j = (size_t)t * D + i;
+			mag[j] = (float)((xmag[j] + fabs(rx[j])) * inv * fabs(g[i]));
+		}
+	}
+	int rc = x4k_hc_pre_norm(&d.c, n_tok, dH, dfn, dbase, dscale, dy, dcp, dHo, dx, dcf, dg,
+				 1e-6f, dxh, eager, ws, wsb, st, &err);
+	T_OK(rc == 0, "hc_pre_norm launch", "%s: %s", shape, err.msg);
+	dget(gx, dx, nx * 4);
+	dget(gxh, dxh, nx * 4);
+	/* fp32: the collapse's error (1e-5 of sum |pre h|, as hc_case) carried
+	 * through the norm, plus the norm's own (its inverse moves every value
+	 * by the same relative amount): 2e-5 of (xmag + |x|) inv |gain| */
+	check("hc_pre_norm collapse", shape, gx, rx, xmag, nx, 1e-5, 1e-30, ELEM);
+	check("hc_pre_norm xh", shape, gxh, rxh, mag, nx, 2e-5, 1e-30, ELEM);
+	/* against the norm of the kernel's own x: fp32, 1e-5 relative, as norm_case */
+	x4r_rmsnorm(n_tok, D, gx, D, g, 1e-6f, sxh, D);
+	check("hc_pre_norm xh = rmsnorm(x)", shape, gxh, sxh, NULL, nx, 1e-5, 1e-30, ELEM);
+	repoison(dxh, nx * 4);
+	x4k_hc_pre_norm(&d.c, n_tok, dH, dfn, dbase, dscale, dy, dcp, dHo, dx, dcf, dg, 1e-6f, dxh,
+			eager, ws, wsb, st, &err);
+	dget(again, dxh, nx * 4);
+	T_OK(!memcmp(again, gxh, nx * 4), "hc_pre_norm twice", "%s: a second call gave other bits",
+	     shape);
+	x4_dev_free(dH);
+	x4_dev_free(dy);
+	x4_dev_free(dcp);
+	x4_dev_free(dfn);
+	x4_dev_free(dbase);
+	x4_dev_free(dscale);
+	x4_dev_free(dg);
+	x4_dev_free(dHo);
+	x4_dev_free(dx);
+	x4_dev_free(dcf);
+	x4_dev_free(dxh);
+	x4_dev_free(ws);
+	free(g);
+	free(rx);
+	free(rcf);
+	free(rHo);
+	free(xmag);
+	free(rxh);
+	free(mag);
+	free(gx);
+	free(gxh);
+	free(sxh);
+	free(again);
+	hc_free(&d);
+}
+
 static void test_hc(void)
 {
+	hc_norm_case(4, 96, 3, false, 71);    /* tiny, the fused norm */
+	hc_norm_case(3, 99, 2, false, 72);    /* odd D: scalar loads */
+	hc_norm_case(4, 1100, 2, false, 73);  /* a partial last split */
+	hc_norm_case(4, 96, 9, false, 74);    /* prefill sizes: the norm a second launch */
+	hc_norm_case(full.n_hc, full.n_embd, 1, false, 75);
+	hc_norm_case(full.n_hc, full.n_embd, 8, false, 76);
+	hc_norm_case(full.n_hc, full.n_embd, 1, true, 77); /* eager */
+	hc_norm_case(full.n_hc, full.n_embd, 64, false, 78);
 	hc_case(4, 96, 3, 1.5f, 51, false);     /* tiny */
 	hc_case(3, 99, 2, 1.5f, 52, false);     /* odd D: the scalar path */
 	hc_case(4, 1100, 2, 1.5f, 53, false);   /* three splits, the last partial */
@@ -606,6 +735,30 @@ static void kv_case(int n_tok, int kv_lora, int d_rope, int pos, int max_ctx, ui
 		if (i < (size_t)r0 * cw || i >= (size_t)r1 * cw)
 			guard = guard && got[i] == 0xffff;
 	T_OK(guard, "kv_store writes only its rows", "%s", shape);
+	{ /* with the query's norm in the same launch: the same cache bits, and q
+	   * normed in place (fp32, 1e-5 relative, as norm_case) */
+		const int nq = kv_lora + 37;
+		float *q = fvec((size_t)n_tok * nq, -3, 3), *qg = fvec((size_t)nq, 0.5f, 1.5f);
+		float *rq = hmalloc((size_t)n_tok * nq * 4), *gq = hmalloc((size_t)n_tok * nq * 4);
+		x4r_rmsnorm(n_tok, nq, q, nq, qg, 1e-6f, rq, nq);
+		float *dq = dput(q, (size_t)n_tok * nq * 4), *dqg = dput(qg, (size_t)nq * 4);
+		uint16_t *dc2 = dpoison(nc * 2), *got2 = hmalloc(nc * 2);
+		int rc2 = x4k_kv_store_norm(n_tok, kv_lora, d_rope, dkva, dg, 1e-6f, dom, dpos, dc2, max_ctx,
+					    nq, dq, dqg, st, &err);
+		dget(got2, dc2, nc * 2);
+		dget(gq, dq, (size_t)n_tok * nq * 4);
+		T_OK(rc2 == 0 && !memcmp(got, got2, nc * 2), "kv_store_norm cache = kv_store",
+		     "%s: %s", shape, rc2 ? err.msg : "other bits");
+		check("kv_store_norm q", shape, gq, rq, NULL, (size_t)n_tok * nq, 1e-5, 1e-30, ELEM);
+		x4_dev_free(dq);
+		x4_dev_free(dqg);
+		x4_dev_free(dc2);
+		free(q);
+		free(qg);
+		free(rq);
+		free(gq);
+		free(got2);
+	}
 	if (time)
 		TIME("kv_store (1 token, 512 + 64)",
 		     x4k_kv_store(1, kv_lora, d_rope, dkva, dg, 1e-6f, dom, dpos, dc, max_ctx, st, &err));
@@ -671,6 +824,32 @@ static void absorb_case(int n_tok, int n_head, int kv_lora, int d_nope, int d_ro
 	check("absorb_q", shape, g, r, NULL, nob, 1e-5, 0, NORMWISE);
 	T_OK(tail, "absorb_q leaves the rope part", "%s", shape);
 	check("expand_v", shape, go, ro, NULL, no, 1e-5, 0, NORMWISE);
+	{ /* absorb and the q rope in one launch: the bits of absorb_q then rope */
+		float *om = omega_of(d_rope), *dom = dput(om, sizeof(float) * (size_t)(d_rope / 2));
+		int *dpos = dint(1000 + n_tok);
+		float *dqt2 = dpoison(nqt * 4), *g1 = hmalloc(nqt * 4), *g2 = hmalloc(nqt * 4);
+		repoison(dqt, nqt * 4);
+		rc = x4k_mla_absorb_q(n_tok, n_head, kv_lora, d_nope, d_rope, dkb, dq, dqt, st, &err);
+		if (!rc)
+			rc = x4k_rope(n_tok, n_head, d_rope, dq + d_nope, (long)n_head * dqk, dqk,
+				      dqt + kv_lora, (long)n_head * cw, cw, dom, dpos, st, &err);
+		int rc2 = x4k_mla_absorb_q_rope(n_tok, n_head, kv_lora, d_nope, d_rope, dkb, dq, dqt2, dom,
+						dpos, st, &err);
+		dget(g1, dqt, nqt * 4);
+		dget(g2, dqt2, nqt * 4);
+		T_OK(rc == 0 && rc2 == 0 && !memcmp(g1, g2, nqt * 4), "absorb_q_rope = absorb_q, rope",
+		     "%s: %s", shape, rc || rc2 ? err.msg : "other bits");
+		bool written = true;
+		for (size_t i = 0; i < nqt; i++)
+			written = written && !isnan(g2[i]);
+		T_OK(written, "absorb_q_rope writes all of qt", "%s", shape);
+		x4_dev_free(dom);
+		x4_dev_free(dpos);
+		x4_dev_free(dqt2);
+		free(om);
+		free(g1);
+		free(g2);
+	}
 	if (time) {
 		TIME("absorb q (1 token, 32 x 512x128 BF16)",
 		     x4k_mla_absorb_q(1, n_head, kv_lora, d_nope, d_rope, dkb, dq, dqt, st, &err));
@@ -698,6 +877,7 @@ static void absorb_case(int n_tok, int n_head, int kv_lora, int d_nope, int d_ro
 static void test_absorb(void)
 {
 	absorb_case(3, 3, 40, 10, 8, 6, 81, false);
+	absorb_case(3, 3, 64, 16, 8, 6, 84, false); /* the 16-byte path: 2 and 8 lanes a row, 6 rows */
 	absorb_case(1, full.n_head, full.kv_lora, full.d_nope, full.d_rope, full.d_v, 82, true);
 	absorb_case(64, full.n_head, full.kv_lora, full.d_nope, full.d_rope, full.d_v, 83, false);
 }

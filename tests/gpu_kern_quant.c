@@ -181,6 +181,18 @@ static void run_product(const char *label, struct pcase c, uint64_t seed, int ch
 	}
 	float *y = xmalloc((size_t)c.t * c.n * 4);
 	down(y, dy, (size_t)c.t * c.n * 4);
+	if (c.t == 1) { /* a fixed reduction order: the same bits on a second run */
+		float *y2 = xmalloc((size_t)c.n * 4);
+		poison(dy, (size_t)c.n * 4);
+		int rc2 = x4k_gemv(c.type, dw, c.n, c.k, dx, dy, st, &err);
+		if (!rc2)
+			down(y2, dy, (size_t)c.n * 4);
+		char nm[96];
+		snprintf(nm, sizeof nm, "%s bit-identical rerun", name);
+		T_OK(!rc2 && !memcmp(y, y2, (size_t)c.n * 4), nm, "%s: %s", cas,
+		     rc2 ? err.msg : "outputs differ");
+		free(y2);
+	}
 	/* The reference on every token, or on check_tok of them (the first, the
 	 * last, both sides of the 64-token tile edge, and some between) when
 	 * the double loops would take too long; NaN is checked everywhere. */
@@ -215,6 +227,125 @@ static void run_product(const char *label, struct pcase c, uint64_t seed, int ch
 out:
 	x4_dev_free(dw), x4_dev_free(dx), x4_dev_free(dy);
 	free(w), free(x);
+}
+
+/* x4k_gemv2: two matrices sharing x in one launch.  Each output against
+ * the reference (the rule of run_product), and bit for bit against
+ * x4k_gemv on the same matrix: a row's sum runs in the same order. */
+static void run_gemv2(int type, int n1, int n2, int k, uint64_t seed)
+{
+	char cas[200];
+	snprintf(cas, sizeof cas, "op gemv2 type %s rows %d + %d cols %d seed %llu", x4_type_name(type),
+		 n1, n2, k, (unsigned long long)seed);
+	rng_s = seed;
+	size_t b1 = x4_type_bytes(type, (uint64_t)n1 * k), b2 = x4_type_bytes(type, (uint64_t)n2 * k);
+	uint8_t *w1 = xmalloc(b1), *w2 = xmalloc(b2);
+	fill_weights(type, w1, (size_t)n1, k);
+	fill_weights(type, w2, (size_t)n2, k);
+	float *x = xmalloc((size_t)k * 4);
+	fill_x(x, (size_t)k);
+	void *dw1 = dup_dev(w1, b1), *dw2 = dup_dev(w2, b2);
+	float *dx = dup_dev(x, (size_t)k * 4);
+	float *dy1 = dalloc((size_t)n1 * 4), *dy2 = dalloc((size_t)n2 * 4);
+	float *dz1 = dalloc((size_t)n1 * 4), *dz2 = dalloc((size_t)n2 * 4);
+	poison(dy1, (size_t)n1 * 4);
+	poison(dy2, (size_t)n2 * 4);
+	int rc = x4k_gemv2(type, dw1, n1, dy1, dw2, n2, dy2, k, dx, st, &err);
+	if (!rc)
+		rc = x4k_gemv(type, dw1, n1, k, dx, dz1, st, &err);
+	if (!rc)
+		rc = x4k_gemv(type, dw2, n2, k, dx, dz2, st, &err);
+	if (!rc)
+		rc = x4_cuda_check(cudaStreamSynchronize(st), "kernel", &err);
+	if (rc) {
+		T_OK(0, "gemv2", "%s: %s", cas, err.msg);
+	} else {
+		float *y1 = xmalloc((size_t)n1 * 4), *y2 = xmalloc((size_t)n2 * 4);
+		float *z1 = xmalloc((size_t)n1 * 4), *z2 = xmalloc((size_t)n2 * 4);
+		float *r1 = xmalloc((size_t)n1 * 4), *r2 = xmalloc((size_t)n2 * 4);
+		float *m1 = xmalloc((size_t)n1 * 4), *m2 = xmalloc((size_t)n2 * 4);
+		down(y1, dy1, (size_t)n1 * 4);
+		down(y2, dy2, (size_t)n2 * 4);
+		down(z1, dz1, (size_t)n1 * 4);
+		down(z2, dz2, (size_t)n2 * 4);
+		if (x4r_gemv(type, w1, n1, k, x, r1, m1, &err) || x4r_gemv(type, w2, n2, k, x, r2, m2, &err)) {
+			T_OK(0, "gemv2", "%s: reference: %s", cas, err.msg);
+		} else {
+			char name[64];
+			snprintf(name, sizeof name, "gemv2 %s first", x4_type_name(type));
+			compare(name, cas, y1, r1, m1, (size_t)n1);
+			snprintf(name, sizeof name, "gemv2 %s second", x4_type_name(type));
+			compare(name, cas, y2, r2, m2, (size_t)n2);
+			T_OK(!memcmp(y1, z1, (size_t)n1 * 4) && !memcmp(y2, z2, (size_t)n2 * 4),
+			     "gemv2 = two gemv, bit for bit", "%s", cas);
+		}
+		free(y1), free(y2), free(z1), free(z2), free(r1), free(r2), free(m1), free(m2);
+	}
+	x4_dev_free(dw1), x4_dev_free(dw2), x4_dev_free(dx), x4_dev_free(dy1), x4_dev_free(dy2);
+	x4_dev_free(dz1), x4_dev_free(dz2);
+	free(w1), free(w2), free(x);
+}
+
+/* x4k_gemv_swiglu: h = silu(W_gate x) * (W_up x).  Bit for bit against
+ * two x4k_gemv and x4k_swiglu (the fused kernel runs the same sums and the
+ * same product), and against the reference: the gate's and up's errors
+ * (TOL * their mag) carried through silu (|silu'| <= 1.1) and the product,
+ * plus the product's own rounding (8 ulps of |h|, as test_swiglu). */
+static void run_gemv_swiglu(int type, int n, int k, uint64_t seed)
+{
+	char cas[200];
+	snprintf(cas, sizeof cas, "op gemv_swiglu type %s rows %d cols %d seed %llu", x4_type_name(type),
+		 n, k, (unsigned long long)seed);
+	rng_s = seed;
+	size_t wb = x4_type_bytes(type, (uint64_t)n * k);
+	uint8_t *wg = xmalloc(wb), *wu = xmalloc(wb);
+	fill_weights(type, wg, (size_t)n, k);
+	fill_weights(type, wu, (size_t)n, k);
+	float *x = xmalloc((size_t)k * 4);
+	fill_x(x, (size_t)k);
+	void *dwg = dup_dev(wg, wb), *dwu = dup_dev(wu, wb);
+	float *dx = dup_dev(x, (size_t)k * 4);
+	float *dg = dalloc((size_t)n * 4), *du = dalloc((size_t)n * 4), *dh = dalloc((size_t)n * 4);
+	float *dh2 = dalloc((size_t)n * 4);
+	poison(dh, (size_t)n * 4);
+	int rc = x4k_gemv_swiglu(type, dwg, dwu, n, k, dx, dg, du, dh, st, &err);
+	if (!rc)
+		rc = x4k_gemv(type, dwg, n, k, dx, dg, st, &err);
+	if (!rc)
+		rc = x4k_gemv(type, dwu, n, k, dx, du, st, &err);
+	if (!rc)
+		rc = x4k_swiglu(n, dg, du, dh2, st, &err);
+	if (!rc)
+		rc = x4_cuda_check(cudaStreamSynchronize(st), "kernel", &err);
+	if (rc) {
+		T_OK(0, "gemv_swiglu", "%s: %s", cas, err.msg);
+	} else {
+		float *h = xmalloc((size_t)n * 4), *h2 = xmalloc((size_t)n * 4);
+		float *rg = xmalloc((size_t)n * 4), *ru = xmalloc((size_t)n * 4);
+		float *mg = xmalloc((size_t)n * 4), *mu = xmalloc((size_t)n * 4);
+		float *rh = xmalloc((size_t)n * 4), *mh = xmalloc((size_t)n * 4);
+		down(h, dh, (size_t)n * 4);
+		down(h2, dh2, (size_t)n * 4);
+		T_OK(!memcmp(h, h2, (size_t)n * 4), "gemv_swiglu = gemv, gemv, swiglu, bit for bit", "%s",
+		     cas);
+		if (x4r_gemv(type, wg, n, k, x, rg, mg, &err) || x4r_gemv(type, wu, n, k, x, ru, mu, &err)) {
+			T_OK(0, "gemv_swiglu", "%s: reference: %s", cas, err.msg);
+		} else {
+			for (int i = 0; i < n; i++) {
+				double g = rg[i], sg = g / (1.0 + exp(-g));
+				rh[i] = (float)(sg * ru[i]);
+				mh[i] = (float)(1.1 * mg[i] * fabs(ru[i]) + fabs(sg) * mu[i] +
+						fabs(sg * ru[i]) * (8 * 0x1p-24 / TOL));
+			}
+			char name[64];
+			snprintf(name, sizeof name, "gemv_swiglu %s", x4_type_name(type));
+			compare(name, cas, h, rh, mh, (size_t)n);
+		}
+		free(h), free(h2), free(rg), free(ru), free(mg), free(mu), free(rh), free(mh);
+	}
+	x4_dev_free(dwg), x4_dev_free(dwu), x4_dev_free(dx), x4_dev_free(dg), x4_dev_free(du);
+	x4_dev_free(dh), x4_dev_free(dh2);
+	free(wg), free(wu), free(x);
 }
 
 static int cmp_float(const void *a, const void *b)
@@ -645,6 +776,31 @@ static void test_router(int n_tok, int d, int E, int k, uint64_t seed, int tie)
 		printf("#   %s: %d tokens differ from the reference by a near tie only\n", cas, near);
 	if (!tie)
 		check_table(cas, &r, sel);
+	{ /* x4k_moe_router_table: the same sel and wts bits, and a valid table */
+		void *rws2 = dalloc(rb);
+		x4k_moe_routes r2;
+		int32_t *sel2 = xmalloc(nr * 4);
+		float *wts2 = xmalloc(nr * 4);
+		int rc2 = x4k_moe_routes_init(&r2, rws2, rb, n_tok, k, E, tile, &err);
+		if (!rc2) {
+			poison(rws2, rb);
+			rc2 = x4k_moe_router_table(&r2, dx, d, dwr, db, 2.0f, true, st, &err);
+		}
+		if (!rc2)
+			rc2 = x4_cuda_check(cudaStreamSynchronize(st), "router_table", &err);
+		if (!rc2) {
+			down(sel2, r2.sel, nr * 4);
+			down(wts2, r2.wts, nr * 4);
+		}
+		char nm[80];
+		snprintf(nm, sizeof nm, "moe router_table = router + route_table%s", tie ? " (tie)" : "");
+		T_OK(!rc2 && !memcmp(sel, sel2, nr * 4) && !memcmp(wts, wts2, nr * 4), nm, "%s: %s", cas,
+		     rc2 ? err.msg : "sel or wts differ");
+		if (!rc2)
+			check_table(cas, &r2, sel2);
+		x4_dev_free(rws2);
+		free(sel2), free(wts2);
+	}
 out:
 	x4_dev_free(dx), x4_dev_free(dwr), x4_dev_free(db), x4_dev_free(rws);
 	free(x), free(wr), free(b), free(sel), free(rsel), free(wts), free(rwts), free(score), free(lmag);
@@ -667,6 +823,11 @@ static void test_moe(void)
 	test_experts("tiny", &tiny, 70, 3, 64, 2, 64); /* expert 2: 70 routes, two tiles */
 	test_experts("tiny", &tiny, 70, 3, 4, 2, 65);
 	moe_w_free(&tiny);
+
+	struct moe_w small; /* one token on the register core: 2 and 3 groups a row */
+	moe_w_make(&small, 512, 768, 6, 66);
+	test_experts("small decode", &small, 1, 3, 4, -1, 67);
+	moe_w_free(&small);
 
 	moe_w_make(&full_w, 3584, 1024, 64, 71);
 	test_experts("model decode", &full_w, 1, 4, 4, -1, 72);
@@ -786,6 +947,18 @@ int main(void)
 		{ X4_T_IQ4_NL, 70, 1184, 67 }, { X4_T_Q6_K, 7, 256, 1 }, { X4_T_Q6_K, 7, 1280, 1 },
 		{ X4_T_Q6_K, 70, 1280, 3 }, { X4_T_Q6_K, 7, 256, 67 }, { X4_T_BF16, 7, 13, 1 },
 		{ X4_T_BF16, 7, 1031, 1 }, { X4_T_BF16, 70, 13, 3 }, { X4_T_BF16, 70, 1031, 67 },
+		/* the BF16 split-K path (k % 8 == 0): a partial unit, a ragged
+		 * last unit over 4 and 8 warps, partial row groups at R 1 and 4 */
+		{ X4_T_BF16, 7, 200, 1 }, { X4_T_BF16, 13, 1032, 1 }, { X4_T_BF16, 37, 2312, 1 },
+		{ X4_T_BF16, 1000, 776, 1 }, { X4_T_BF16, 2111, 96, 1 }, { X4_T_BF16, 1061, 2048, 1 },
+		/* the IQ4_NL register path (k % 256 == 0): one group a row, 3 and
+		 * 9 groups with a partial last block of rows, and 128 groups (one
+		 * row set a block) at R 2 with a partial pair */
+		{ X4_T_IQ4_NL, 7, 256, 1 }, { X4_T_IQ4_NL, 37, 768, 1 }, { X4_T_IQ4_NL, 300, 2304, 1 },
+		{ X4_T_IQ4_NL, 531, 32768, 1 },
+		/* the Q6_K whole-row path (an even number of blocks a row, k <=
+		 * 4096): 2, 6 and 16 blocks, partial blocks of rows */
+		{ X4_T_Q6_K, 7, 512, 1 }, { X4_T_Q6_K, 37, 1536, 1 }, { X4_T_Q6_K, 9, 4096, 1 },
 	};
 	for (size_t i = 0; i < X4_ARRAY_LEN(tiny); i++)
 		run_product("tiny", tiny[i], 1000 + i, 0);
@@ -809,9 +982,30 @@ int main(void)
 	const struct pcase big[] = {
 		{ X4_T_IQ4_NL, 9216, 3584, 512 }, { X4_T_IQ4_NL, 3584, 9216, 512 },
 		{ X4_T_BF16, 3584, 4096, 512 }, { X4_T_Q6_K, 131072, 3584, 64 },
+		{ X4_T_BF16, 16384, 9216, 1 }, /* the BF16 gemv past the model: 3 load batches a warp */
+		{ X4_T_IQ4_NL, 131072, 3584, 1 }, /* the IQ4_NL gemv at the head's shape, R 2 */
 	};
 	for (size_t i = 0; i < X4_ARRAY_LEN(big); i++)
 		run_product("largest", big[i], 4000 + i, 8);
+
+	/* two matrices, one launch: tiny odd (rows straddling the seam inside
+	 * a row group), the model's q_a + kv_a, the largest (q_b's and the
+	 * output's row counts over 4096 columns); IQ4_NL takes two launches */
+	run_gemv2(X4_T_BF16, 7, 5, 200, 5001);
+	run_gemv2(X4_T_BF16, 1061, 3, 2048, 5002);
+	run_gemv2(X4_T_BF16, 768, 576, 3584, 5003);
+	run_gemv2(X4_T_BF16, 6144, 3584, 4096, 5004);
+	run_gemv2(X4_T_BF16, 5, 3, 13, 5005); /* odd k: the staged kernel, two launches */
+	run_gemv2(X4_T_IQ4_NL, 1024, 1024, 3584, 5006);
+
+	/* gate, up and SwiGLU in one launch: tiny (one and three groups), the
+	 * shared expert's and the dense FFN's shapes, and the fallbacks */
+	run_gemv_swiglu(X4_T_IQ4_NL, 7, 256, 6001);
+	run_gemv_swiglu(X4_T_IQ4_NL, 37, 768, 6002);
+	run_gemv_swiglu(X4_T_IQ4_NL, 1024, 3584, 6003);
+	run_gemv_swiglu(X4_T_IQ4_NL, 9216, 3584, 6004);
+	run_gemv_swiglu(X4_T_IQ4_NL, 7, 96, 6005); /* k % 256: three launches */
+	run_gemv_swiglu(X4_T_BF16, 7, 200, 6006);
 
 	test_swiglu();
 	test_moe();

@@ -12,12 +12,14 @@
  *   - prefill in chunks of 16, and prefill then one decode step, agree
  *     with one whole prefill; the eager hyper-connection path agrees with
  *     the fused kernel;
- *   - the load statistics are filled.
+ *   - the load statistics are filled;
+ *   - programmatic dependent launch on gives the same tokens and bits.
  * Usage: build/tests/gpu_trunk [MODEL] (default build/models/tiny), from the
  * tree's root.
  */
 #include "t.h"
 #include "x4.h"
+#include "x4_kern.h" /* x4k_pdl_set */
 
 #include <math.h>
 
@@ -185,6 +187,46 @@ static void parity_by_sublayer(const x4_model *m, const int32_t *ids)
 	x4_trunk_free(tc);
 }
 
+/* Prompt A, then 8 greedy decode steps through the graphed step, then one
+ * more token's logits through the plain forward, on a fresh trunk. */
+static bool steps(const x4_model *m, const int32_t *a, int32_t *toks, float *logits)
+{
+	x4_trunk *t = mk(m, 0, 0, 0);
+	x4_sampler_opts so = { 0.0f, 0, 1.0f, 1 };
+	int32_t next = 0;
+	bool ok = t && x4_trunk_forward_next(t, a, N_A, NULL, &so, &next, NULL, &err) == 0;
+	for (int i = 0; ok && i < 8; i++) {
+		toks[i] = next;
+		ok = x4_trunk_forward_next(t, &toks[i], 1, NULL, &so, &next, NULL, &err) == 0;
+	}
+	toks[8] = next;
+	ok = ok && fwd(t, &next, 1, logits, false);
+	x4_trunk_free(t);
+	return ok;
+}
+
+/* Programmatic dependent launch (x4k_pdl_set; sm_90 and later) changes the
+ * schedule, not the arithmetic: the same tokens and the same bits, a race
+ * (a kernel reading before its wait) would show as other bits. */
+static void pdl_same_bits(const x4_model *m, const int32_t *a, int V)
+{
+	int32_t t0[9], t1[9];
+	float *l0 = malloc(sizeof(float) * (size_t)V), *l1 = malloc(sizeof(float) * (size_t)V);
+	if (!l0 || !l1)
+		abort();
+	x4k_pdl_set(0);
+	bool ok = steps(m, a, t0, l0);
+	x4k_pdl_set(1);
+	bool ok1 = steps(m, a, t1, l1);
+	x4k_pdl_set(0);
+	T_OK(ok && ok1 && !memcmp(t0, t1, sizeof t0) && !memcmp(l0, l1, sizeof(float) * (size_t)V),
+	     "gpu_trunk.pdl_same_bits", "%s; tokens %s, logits rel diff %.3g", ok && ok1 ? "ok" : err.msg,
+	     ok && ok1 && !memcmp(t0, t1, sizeof t0) ? "equal" : "differ",
+	     ok && ok1 ? rel(l1, l0, (size_t)V) : NAN);
+	free(l0);
+	free(l1);
+}
+
 int main(int argc, char **argv)
 {
 	const char *model = argc > 1 ? argv[1] : "build/models/tiny";
@@ -306,6 +348,7 @@ int main(int argc, char **argv)
 	x4_trunk_free(t);
 
 	parity_by_sublayer(m, a);
+	pdl_same_bits(m, a, V);
 
 	free(l1);
 	free(l2);

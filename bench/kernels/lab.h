@@ -1,0 +1,213 @@
+/*
+ * lab.h - the kernel lab's harness (bench/kernels/<op>.cu, one program an
+ * operation, its variants side by side).  Each program times a variant at
+ * a shape with the L2 flushed before every repetition (a 256 MiB write: the
+ * H200's L2 is 60 MiB), CUDA events around the launch alone, the median of
+ * LAB_REPS, and prints one TSV row:
+ *
+ *   op  variant  shape  bytes  time_us  gbps  pct_of_read_ceiling
+ *
+ * The read ceiling is measured once in the same process: a streaming read
+ * of 1 GiB (16-byte __ldcs loads, 8 blocks of 512 an SM), the median of 10.
+ * A program takes `old`, `new` or `all` (default) as its first argument.
+ * Timings, not checks: tests/gpu_kern_*.c test the same kernels.
+ */
+#ifndef X4_LAB_H
+#define X4_LAB_H
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <algorithm>
+#include <vector>
+
+#define LAB_REPS 25
+
+#define LAB_CK(x)                                                                         \
+	do {                                                                              \
+		cudaError_t e_ = (x);                                                     \
+		if (e_ != cudaSuccess) {                                                  \
+			fprintf(stderr, "lab: %s:%d: %s\n", __FILE__, __LINE__,           \
+				cudaGetErrorString(e_));                                  \
+			exit(1);                                                          \
+		}                                                                         \
+	} while (0)
+
+struct lab {
+	cudaStream_t s;
+	cudaEvent_t a, b;
+	void *flush;
+	size_t flush_bytes;
+	double ceiling_gbps;
+	bool run_old, run_new;
+	char gpu[256];
+};
+
+__global__ void lab_read_kernel(const uint4 *__restrict__ p, size_t n, unsigned *out)
+{
+	unsigned acc = 0;
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+	     i += (size_t)gridDim.x * blockDim.x) {
+		uint4 v = __ldcs(p + i);
+		acc ^= v.x ^ v.y ^ v.z ^ v.w;
+	}
+	if (acc == 0x12345678u)
+		*out = acc;
+}
+
+/* Deterministic filler for weights and activations: any bits the kernels
+ * accept (timing does not depend on the values; finite floats in [-1, 1]
+ * for fp32 buffers). */
+__global__ void lab_fill_bytes(uint32_t *p, size_t n_words, uint32_t seed)
+{
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n_words;
+	     i += (size_t)gridDim.x * blockDim.x) {
+		uint32_t z = (uint32_t)i * 0x9e3779b9u + seed;
+		z ^= z >> 16;
+		z *= 0x85ebca6bu;
+		z ^= z >> 13;
+		p[i] = z;
+	}
+}
+
+__global__ void lab_fill_f32(float *p, size_t n, uint32_t seed)
+{
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+	     i += (size_t)gridDim.x * blockDim.x) {
+		uint32_t z = (uint32_t)i * 0x9e3779b9u + seed;
+		z ^= z >> 15;
+		z *= 0x2c1b3c6du;
+		z ^= z >> 12;
+		p[i] = (float)(z >> 8) * (2.0f / 16777216.0f) - 1.0f;
+	}
+}
+
+/* BF16 or fp16 words whose every half is a small finite value (exponent
+ * field forced into a safe range). */
+__global__ void lab_fill_half(uint16_t *p, size_t n, uint32_t seed, bool fp16)
+{
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+	     i += (size_t)gridDim.x * blockDim.x) {
+		uint32_t z = (uint32_t)i * 0x9e3779b9u + seed;
+		z ^= z >> 16;
+		z *= 0x7feb352du;
+		z ^= z >> 15;
+		/* bf16: sign, exponent 0x78..0x7b (2^-7..2^-4), mantissa; fp16: exponent 10..13 */
+		p[i] = fp16 ? (uint16_t)((z & 0x83ffu) | (((z >> 10) & 3u) + 10u) << 10)
+			    : (uint16_t)((z & 0x807fu) | (((z >> 7) & 3u) + 0x78u) << 7);
+	}
+}
+
+static inline void *lab_alloc(size_t n)
+{
+	void *p = NULL;
+	LAB_CK(cudaMalloc(&p, n ? n : 16));
+	return p;
+}
+
+static inline void lab_bytes(void *p, size_t n, uint32_t seed)
+{
+	lab_fill_bytes<<<1024, 256>>>((uint32_t *)p, n / 4, seed);
+	if (n % 4)
+		LAB_CK(cudaMemset((char *)p + n / 4 * 4, 0, n % 4));
+	LAB_CK(cudaGetLastError());
+}
+
+static inline float *lab_f32(size_t n, uint32_t seed)
+{
+	float *p = (float *)lab_alloc(n * 4);
+	lab_fill_f32<<<1024, 256>>>(p, n, seed);
+	LAB_CK(cudaGetLastError());
+	return p;
+}
+
+static inline uint16_t *lab_half(size_t n, uint32_t seed, bool fp16)
+{
+	uint16_t *p = (uint16_t *)lab_alloc(n * 2);
+	lab_fill_half<<<1024, 256>>>(p, n, seed, fp16);
+	LAB_CK(cudaGetLastError());
+	return p;
+}
+
+static inline void lab_flush(lab *L)
+{
+	static unsigned char v;
+	LAB_CK(cudaMemsetAsync(L->flush, ++v, L->flush_bytes, L->s));
+}
+
+template <typename F>
+static double lab_time_us(lab *L, F &&launch)
+{
+	std::vector<float> t;
+	for (int w = 0; w < 3; w++)
+		launch();
+	LAB_CK(cudaStreamSynchronize(L->s));
+	LAB_CK(cudaGetLastError());
+	for (int r = 0; r < LAB_REPS; r++) {
+		lab_flush(L);
+		LAB_CK(cudaEventRecord(L->a, L->s));
+		launch();
+		LAB_CK(cudaEventRecord(L->b, L->s));
+		LAB_CK(cudaEventSynchronize(L->b));
+		float ms;
+		LAB_CK(cudaEventElapsedTime(&ms, L->a, L->b));
+		t.push_back(ms);
+	}
+	LAB_CK(cudaGetLastError());
+	std::sort(t.begin(), t.end());
+	return 1e3 * (LAB_REPS % 2 ? t[LAB_REPS / 2] : 0.5 * (t[LAB_REPS / 2 - 1] + t[LAB_REPS / 2]));
+}
+
+static inline void lab_row(const lab *L, const char *op, const char *variant, const char *shape,
+		    double bytes, double us)
+{
+	double gbps = bytes / (us * 1e3);
+	printf("%s\t%s\t%s\t%.0f\t%.2f\t%.0f\t%.1f\n", op, variant, shape, bytes, us, gbps,
+	       100.0 * gbps / L->ceiling_gbps);
+	fflush(stdout);
+}
+
+static inline void lab_init(lab *L, int argc, char **argv, const char *usage)
+{
+	const char *v = argc > 1 ? argv[1] : "all";
+	L->run_old = !strcmp(v, "old") || !strcmp(v, "all");
+	L->run_new = !strcmp(v, "new") || !strcmp(v, "all");
+	if (!L->run_old && !L->run_new) {
+		fprintf(stderr, "usage: %s [old|new|all]\n%s\n", argv[0], usage);
+		exit(2);
+	}
+	cudaDeviceProp prop;
+	LAB_CK(cudaGetDeviceProperties(&prop, 0));
+	snprintf(L->gpu, sizeof L->gpu, "%s", prop.name);
+	LAB_CK(cudaStreamCreate(&L->s));
+	LAB_CK(cudaEventCreate(&L->a));
+	LAB_CK(cudaEventCreate(&L->b));
+	L->flush_bytes = (size_t)256 << 20;
+	L->flush = lab_alloc(L->flush_bytes);
+	size_t rb = (size_t)1 << 30;
+	uint4 *buf = (uint4 *)lab_alloc(rb);
+	LAB_CK(cudaMemset(buf, 1, rb));
+	unsigned *out = (unsigned *)lab_alloc(4);
+	const int blocks = prop.multiProcessorCount * 8;
+	std::vector<float> t;
+	for (int r = 0; r < 10; r++) {
+		LAB_CK(cudaEventRecord(L->a, L->s));
+		lab_read_kernel<<<blocks, 512, 0, L->s>>>(buf, rb / 16, out);
+		LAB_CK(cudaEventRecord(L->b, L->s));
+		LAB_CK(cudaEventSynchronize(L->b));
+		float ms;
+		LAB_CK(cudaEventElapsedTime(&ms, L->a, L->b));
+		t.push_back(ms);
+	}
+	std::sort(t.begin(), t.end());
+	L->ceiling_gbps = rb / (0.5 * (t[4] + t[5]) * 1e6);
+	LAB_CK(cudaFree(buf));
+	LAB_CK(cudaFree(out));
+	fprintf(stderr, "# %s: %s, %d SMs, read ceiling %.0f GB/s (1 GiB, median of 10)\n", argv[0],
+		L->gpu, prop.multiProcessorCount, L->ceiling_gbps);
+	printf("op\tvariant\tshape\tbytes\ttime_us\tgbps\tpct_of_read_ceiling\n");
+}
+
+#endif
