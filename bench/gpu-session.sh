@@ -88,18 +88,20 @@ PY
 		log "levers by x4-bench-abab on the full preset"
 		for ctx in ${LEVER_CTX:-512 4096}; do
 			pairs=4; [ "$ctx" -gt 1024 ] && pairs=2
-			for lv in "|" "--hc eager|--hc fused" "--graph off|--graph on" "--sublayer f32|--sublayer bf16"; do
+			levers=${LEVERS:-$'|\n--hc eager|--hc fused\n--graph off|--graph on\n--sublayer f32|--sublayer bf16'}
+			while IFS= read -r lv; do
 				a=${lv%%|*}; b=${lv#*|}
 				tag=$(echo "$ctx-$a-$b" | tr -c 'a-z0-9-' '_')
 				bin/x4-bench-abab -m /tmp/x4-full --device cuda:0 -a "$a" -b "$b" --prompt-tokens "$ctx" \
 					-n 64 --pairs $pairs --warmup 2 >"$OUT/abab-$tag.tsv" 2>"$OUT/abab-$tag.err"
 				echo "ctx $ctx a='$a' b='$b': $(tail -n 1 "$OUT/abab-$tag.err")" | tee -a "$OUT/session.log"
-			done
+			done <<<"$levers"
 		done;;
 	profile)
 		log "x4-profile on the full preset"
 		for ctx in ${PROFILE_CTX:-512 4096}; do
-			bin/x4-profile -m /tmp/x4-full --device cuda:0 --context "$ctx" --steps 16 \
+			# shellcheck disable=SC2086
+			bin/x4-profile -m /tmp/x4-full --device cuda:0 --context "$ctx" --steps 16 ${DECODE_OPTS:-} \
 				--trace "$OUT/trace-$ctx.json.gz" >"$OUT/profile-$ctx.tsv" 2>"$OUT/profile-$ctx.err"
 			echo "profile ctx $ctx: rc $? $(grep -E 'unprofiled|adds' "$OUT/profile-$ctx.err" | tail -n 1)" | tee -a "$OUT/session.log"
 			awk -F'\t' '$1 == "class" || $1 == "step"' "$OUT/profile-$ctx.tsv" | tee -a "$OUT/session.log"
@@ -115,14 +117,16 @@ PY
 		# at 32768 (one prefill of a 32k prompt), the step's profile.
 		log "decode figures on the full preset"
 		for ctx in 512 4096; do
+			# shellcheck disable=SC2086
 			bin/x4-bench-abab -m /tmp/x4-full --device cuda:0 -a "" -b "" --prompt-tokens $ctx \
-				-n 64 --pairs 2 --warmup 1 >"$OUT/decode-$ctx.tsv" 2>"$OUT/decode-$ctx.err"
+				-n 64 --pairs 2 --warmup 1 ${DECODE_OPTS:-} >"$OUT/decode-$ctx.tsv" 2>"$OUT/decode-$ctx.err"
 			echo "decode ctx $ctx: $(tail -n 1 "$OUT/decode-$ctx.err")" | tee -a "$OUT/session.log"
 			awk -F'\t' '$1 == "arm" { print "  arm", $3, "decode_ms_tok", $10, "prefill_tok_s", $7 }' "$OUT/decode-$ctx.tsv" | tee -a "$OUT/session.log"
 		done
 		python3 -c 'print(" ".join(["word"] * 32500))' >/tmp/p32k.txt
+		# shellcheck disable=SC2086
 		bin/x4-run -m /tmp/x4-full --device cuda:0 -f /tmp/p32k.txt -n 64 --ignore-eos --max-model-len 32832 \
-			--json >"$OUT/decode-32768.json" 2>"$OUT/decode-32768.err"
+			${DECODE_OPTS:-} --json >"$OUT/decode-32768.json" 2>"$OUT/decode-32768.err"
 		python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); print("decode ctx %d: %s tok/s, first step %s ms, prefill %s tok/s" % (j["prompt_tokens"], j["decode_tok_s"], j["first_step_ms"], j["prefill_tok_s"]))' \
 			"$OUT/decode-32768.json" | tee -a "$OUT/session.log";;
 	*) echo "unknown step $s"; exit 2;;

@@ -149,7 +149,10 @@ const char x4t_trunk_help[] =
 "                          graph (default on) or launch it eagerly\n"
 "      --threads N         CPU threads (default 0 = all)\n"
 "      --prefill-chunk N   tokens a prefill forward takes at once (default 0:\n"
-"                          automatic, 64 on the CPU, up to 512 on a GPU)\n";
+"                          automatic, 64 on the CPU, up to 512 on a GPU)\n"
+"      --pdl on|off        GPU, sm_90 and later: programmatic dependent launch,\n"
+"                          each kernel's weight loads issued before it waits for\n"
+"                          its input (default off)\n";
 
 const char x4t_load_help[] =
 "      --device DEV        cpu (default) or cuda:N\n"
@@ -191,6 +194,7 @@ bool x4t_trunk_opt(int c, const char *arg, x4_trunk_opts *o)
 	case X4T_O_GRAPH: o->no_graph = pick("--graph", arg, onoff, 2) == 1; break;
 	case X4T_O_THREADS: o->threads = (int)x4t_long(arg, 0, 4096, "--threads"); break;
 	case X4T_O_CHUNK: o->prefill_chunk = (int)x4t_long(arg, 0, 1 << 20, "--prefill-chunk"); break;
+	case X4T_O_PDL: o->pdl = pick("--pdl", arg, onoff, 2) == 0; break;
 	default: return false;
 	}
 	return true;
@@ -238,10 +242,11 @@ void x4t_settings(const x4_trunk_opts *o, const x4_sampler_opts *so, char *out, 
 	char chunk[16], ctx[16];
 	snprintf(chunk, sizeof chunk, "%d", o->prefill_chunk);
 	snprintf(ctx, sizeof ctx, "%d", o->max_ctx);
-	snprintf(out, cap, "hc=%s graph=%s sublayer=%s resid=%s prec=%s kv=%s max_ctx=%s "
+	snprintf(out, cap, "hc=%s graph=%s pdl=%s sublayer=%s resid=%s prec=%s kv=%s max_ctx=%s "
 		 "chunk=%s threads=%d temperature=%g top_k=%d top_p=%g seed=%llu",
 		 o->device < 0 ? "n/a" : o->hc_eager ? "eager" : "fused",
-		 o->device < 0 ? "n/a" : o->no_graph ? "off" : "on", x4t_sub_name(o->sublayer),
+		 o->device < 0 ? "n/a" : o->no_graph ? "off" : "on",
+		 o->device < 0 ? "n/a" : o->pdl ? "on" : "off", x4t_sub_name(o->sublayer),
 		 x4_resid_name(o->resid), x4t_prec_name(o->prec), x4t_kv_name(o),
 		 o->max_ctx ? ctx : "auto", o->prefill_chunk ? chunk : "auto",
 		 o->threads ? o->threads : x4_ncpu(), so->temperature, so->top_k, so->top_p,

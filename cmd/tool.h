@@ -37,12 +37,12 @@ void x4t_ids(const char *s, int32_t **ids, size_t *n);
 
 /* The request options of the trunk as flags, shared by x4-run, x4-profile
  * and x4-bench-abab's arms: --max-model-len, --resid, --prec, --kv-cache,
- * --hc, --sublayer, --graph, --threads, --prefill-chunk.  X4T_TRUNK_LONGOPTS
+ * --hc, --sublayer, --graph, --threads, --prefill-chunk, --pdl.  X4T_TRUNK_LONGOPTS
  * goes into a getopt_long table; x4t_trunk_opt() handles one of them (true
  * when c was one). */
 enum {
 	X4T_O_MAXLEN = 1000, X4T_O_RESID, X4T_O_PREC, X4T_O_KV, X4T_O_HC, X4T_O_SUB,
-	X4T_O_GRAPH, X4T_O_THREADS, X4T_O_CHUNK,
+	X4T_O_GRAPH, X4T_O_THREADS, X4T_O_CHUNK, X4T_O_PDL,
 	/* the load options: they need the weights reloaded */
 	X4T_O_DEVICE, X4T_O_GPUMEM,
 	/* sampling */
@@ -57,7 +57,8 @@ enum {
 	{"sublayer", required_argument, 0, X4T_O_SUB},                  \
 	{"graph", required_argument, 0, X4T_O_GRAPH},                   \
 	{"threads", required_argument, 0, X4T_O_THREADS},               \
-	{"prefill-chunk", required_argument, 0, X4T_O_CHUNK}
+	{"prefill-chunk", required_argument, 0, X4T_O_CHUNK},            \
+	{"pdl", required_argument, 0, X4T_O_PDL}
 #define X4T_LOAD_LONGOPTS                                               \
 	{"device", required_argument, 0, X4T_O_DEVICE},                 \
 	{"gpu-memory", required_argument, 0, X4T_O_GPUMEM}

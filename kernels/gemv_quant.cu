@@ -12,10 +12,11 @@
  * the BF16 products ran near 1 TB/s, a warp a row, one row's chunks one
  * dependent round at a time.
  *
- * IQ4_NL with k % 256 == 0 and 16-byte aligned w and x takes
- * gemv_iq4_kernel: a lane an 8-block group of one or two rows, loaded in
- * one round into registers and decoded without int-to-float conversions
- * (quant_dev.cuh), a row's groups added in order through shared memory.
+ * IQ4_NL takes gemv_kernel (below); only the fused gate/up/SwiGLU
+ * product of one token takes the register core of quant_dev.cuh: a lane
+ * an 8-block group of a row, loaded in one round into registers and
+ * decoded without int-to-float conversions, a row's groups added in order
+ * through shared memory.
  *
  * Q6_K with k <= 4096 and rows of an even number of 210-byte blocks (4-byte
  * aligned; the head's 3584 is 14) takes gemv_q6k_kernel: a warp a row staged whole in
@@ -242,51 +243,13 @@ static bool gemv_bf16_launch(const void *w, int n, int k, const float *x, float 
 }
 
 /* ---- IQ4_NL, the register core (quant_dev.cuh) ----
- * Block: IQ_THREADS lanes = S row sets x NG groups (NG = k / 256, S =
- * IQ_THREADS / NG; lanes past S NG idle), a row set R rows sharing x.  A
- * lane's partial for each of its rows goes to shared memory; a thread a
- * row then adds the row's NG partials in group order. */
-template <int R>
-__global__ void __launch_bounds__(IQ_THREADS)
-gemv_iq4_kernel(const uint8_t *__restrict__ w, int n, int k, const float4 *__restrict__ x,
-		float *__restrict__ y)
-{
-	__shared__ float part[IQ_THREADS * R]; /* [row of the block][group] */
-	const int NG = k / 256, S = IQ_THREADS / NG, t = threadIdx.x;
-	const int s = t / NG, g = t % NG;
-	const size_t rb = (size_t)(k / 32) * 18;
-	if (s >= S) { /* an idle lane still waits: y is written after its barrier */
-		x4p::trigger();
-		x4p::wait();
-	} else {
-		const int row0 = blockIdx.x * S * R + s * R;
-		const uint4 *wp[R];
-#pragma unroll
-		for (int r = 0; r < R; r++) /* clamped into the matrix; never written */
-			wp[r] = reinterpret_cast<const uint4 *>(w + (size_t)min(row0 + r, n - 1) * rb + 144 * g);
-		float acc[R];
-#pragma unroll
-		for (int r = 0; r < R; r++)
-			acc[r] = 0.f;
-		iq4_group_dot<R, true>(wp, x + 64 * g, acc); /* waits between its weight and x loads */
-#pragma unroll
-		for (int r = 0; r < R; r++)
-			part[(s * R + r) * NG + g] = acc[r];
-	}
-	__syncthreads();
-	if (t < S * R) {
-		const int row = blockIdx.x * S * R + t;
-		if (row < n) {
-			float v = part[t * NG];
-			for (int q = 1; q < NG; q++)
-				v = __fadd_rn(v, part[t * NG + q]);
-			y[row] = v;
-		}
-	}
-}
-
-/* h = silu(W_gate x) * (W_up x) for one token: gemv_iq4_kernel with the
- * gate and up rows of a lane's group read together (they share x), the
+ * Only the fused gate/up/SwiGLU product takes it: for a plain IQ4_NL gemv
+ * the staged gemv_kernel measured faster at every decode shape on the H200
+ * (bench/kernels/gemv.cu, 2026-12-01: shared-expert down 7.8 against 9.2
+ * us, dense down 30.9 against 34.4, dense gate 28.6 against 38.0), so the
+ * register core's plain gemv was dropped (bench/RESULTS.md 14). */
+/* h = silu(W_gate x) * (W_up x) for one token: a lane an 8-block group of
+ * a gate row and its up row, read together (they share x), the
  * SwiGLU product in fp32 as x4k_swiglu forms it.  A row's two sums run
  * exactly as gemv_iq4_kernel's. */
 __global__ void __launch_bounds__(IQ_THREADS)
@@ -321,24 +284,6 @@ gemv_iq4_swiglu_kernel(const uint8_t *__restrict__ wg, const uint8_t *__restrict
 			h[row] = silu(a) * b;
 		}
 	}
-}
-
-/* R 2 (two rows share x) when that still leaves two blocks an SM of the
- * H200's 132, else 1. */
-static bool gemv_iq4_launch(const void *w, int n, int k, const float *x, float *y, cudaStream_t s)
-{
-	if (k % 256 || k / 256 > IQ_THREADS || ((uintptr_t)w & 15) || ((uintptr_t)x & 15))
-		return false;
-	const int S = IQ_THREADS / (k / 256);
-	const int R = n / (2 * S) >= 264 ? 2 : 1;
-	const unsigned blocks = (unsigned)((n + S * R - 1) / (S * R));
-	const uint8_t *wb = static_cast<const uint8_t *>(w);
-	const float4 *x4 = reinterpret_cast<const float4 *>(x);
-	if (R == 2)
-		x4p::launch(gemv_iq4_kernel<2>, dim3(blocks), dim3(IQ_THREADS), 0, s, wb, n, k, x4, y);
-	else
-		x4p::launch(gemv_iq4_kernel<1>, dim3(blocks), dim3(IQ_THREADS), 0, s, wb, n, k, x4, y);
-	return true;
 }
 
 /* ---- Q6_K: a warp a row, the whole row staged in one round ----
@@ -482,8 +427,7 @@ extern "C" int x4k_gemv(int type, const void *w, int n, int k, const float *x, f
 	const uint8_t *wb = static_cast<const uint8_t *>(w);
 	switch (type) {
 	case X4_T_IQ4_NL:
-		if (!gemv_iq4_launch(w, n, k, x, y, s))
-			gemv_kernel<X4_T_IQ4_NL><<<grid, block, 0, s>>>(wb, n, k, x, y);
+		gemv_kernel<X4_T_IQ4_NL><<<grid, block, 0, s>>>(wb, n, k, x, y);
 		break;
 	case X4_T_Q6_K:
 		if (k <= Q6_KMAX && row_bytes(X4_T_Q6_K, k) % 4 == 0 && !((uintptr_t)w & 3) &&

@@ -112,84 +112,10 @@ moe_down_gemv(x4k_moe_routes r, int d, int f, const uint8_t *__restrict__ down,
 		down_gemv<SMALL_NV>(smem, xsrc, w, ok ? row : -1, d, f, r.route + start, cnt, out);
 }
 
-/* ---- one-token decode: the IQ4_NL register core (quant_dev.cuh) ----
- * Used when the call has one token (every tile then holds one route: the
- * router's k experts are distinct) and d, f are multiples of 256.  A block
- * takes S rows of one tile's expert (S = IQ_THREADS / NG, NG = 256-value
- * groups a row), a lane one group of a row: for gate and up both rows at
- * once (they share x).  Partials go through shared memory and a thread a
- * row adds them in group order.  A tile of several routes (a token that
- * names an expert twice) runs them one after another, each with the same
- * arithmetic. */
-
-__global__ void __launch_bounds__(IQ_THREADS)
-moe_gu_iq4(x4k_moe_routes r, const float *__restrict__ x, int d, int f, const uint8_t *__restrict__ gate,
-	   const uint8_t *__restrict__ up, float *__restrict__ h)
-{
-	__shared__ float part[2][IQ_THREADS]; /* [gate | up][row of the block][group] */
-	int ex, start, cnt;
-	x4p::trigger();
-	x4p::wait(); /* the routes, and with them which weights, come from the router */
-	if (!tile_of(r, &ex, &start, &cnt))
-		return;
-	const int NG = d / 256, S = IQ_THREADS / NG, t = threadIdx.x, s = t / NG, g = t % NG;
-	const int row = blockIdx.y * S + s;
-	const size_t rb = row_bytes(T_EXP, d);
-	const size_t at = ((size_t)ex * f + (size_t)min(row, f - 1)) * rb + 144 * (size_t)g;
-	for (int v = 0; v < cnt; v++) { /* uniform over the block */
-		if (s < S) {
-			const float4 *xv = reinterpret_cast<const float4 *>(x + (size_t)(r.route[start + v] / r.k) * d);
-			const uint4 *const wp[2] = { reinterpret_cast<const uint4 *>(gate + at),
-						     reinterpret_cast<const uint4 *>(up + at) };
-			float acc[2] = { 0.f, 0.f };
-			iq4_group_dot<2>(wp, xv + 64 * g, acc);
-			part[0][s * NG + g] = acc[0];
-			part[1][s * NG + g] = acc[1];
-		}
-		__syncthreads();
-		if (t < S && blockIdx.y * S + t < f) {
-			float a = part[0][t * NG], b = part[1][t * NG];
-			for (int q = 1; q < NG; q++) {
-				a = __fadd_rn(a, part[0][t * NG + q]);
-				b = __fadd_rn(b, part[1][t * NG + q]);
-			}
-			h[(size_t)(start + v) * f + blockIdx.y * S + t] = silu(a) * b;
-		}
-		__syncthreads(); /* part is rewritten by the next route */
-	}
-}
-
-__global__ void __launch_bounds__(IQ_THREADS)
-moe_down_iq4(x4k_moe_routes r, int d, int f, const uint8_t *__restrict__ down,
-	     const float *__restrict__ h, float *__restrict__ out)
-{
-	__shared__ float part[IQ_THREADS]; /* [row of the block][group] */
-	int ex, start, cnt;
-	x4p::trigger();
-	x4p::wait();
-	if (!tile_of(r, &ex, &start, &cnt))
-		return;
-	const int NG = f / 256, S = IQ_THREADS / NG, t = threadIdx.x, s = t / NG, g = t % NG;
-	const int row = blockIdx.y * S + s;
-	const size_t at = ((size_t)ex * d + (size_t)min(row, d - 1)) * row_bytes(T_EXP, f) + 144 * (size_t)g;
-	for (int v = 0; v < cnt; v++) { /* uniform over the block */
-		if (s < S) {
-			const float4 *xv = reinterpret_cast<const float4 *>(h + (size_t)(start + v) * f);
-			const uint4 *const wp[1] = { reinterpret_cast<const uint4 *>(down + at) };
-			float acc[1] = { 0.f };
-			iq4_group_dot<1>(wp, xv + 64 * g, acc);
-			part[s * NG + g] = acc[0];
-		}
-		__syncthreads();
-		if (t < S && blockIdx.y * S + t < d) {
-			float a = part[t * NG];
-			for (int q = 1; q < NG; q++)
-				a = __fadd_rn(a, part[t * NG + q]);
-			out[(size_t)r.route[start + v] * d + blockIdx.y * S + t] = a;
-		}
-		__syncthreads();
-	}
-}
+/* (A one-token path on the IQ4_NL register core of quant_dev.cuh was
+ * measured slower than the staged gemv tiles above on the H200, 47.2
+ * against 40.8 us for one token's four experts, and dropped:
+ * bench/RESULTS.md 14.) */
 
 /* ---- prefill shape: gemm core ---- */
 
@@ -345,15 +271,6 @@ extern "C" int x4k_moe_experts(const x4k_moe_routes *r, int type, const float *x
 		moe_gu_gemm<<<dim3(tiles, (f + TN - 1) / TN), GEMM_THREADS, 0, s>>>(*r, x, d, f, g8, u8, h);
 		X4_CUDA_TRY(cudaGetLastError(), "x4k_moe_experts: gate/up launch", e);
 		moe_down_gemm<<<dim3(tiles, (d + TN - 1) / TN), GEMM_THREADS, 0, s>>>(*r, d, f, d8, h, o);
-	} else if (r->n_tok == 1 && d % 256 == 0 && f % 256 == 0 && d / 256 <= IQ_THREADS &&
-		   f / 256 <= IQ_THREADS && !((uintptr_t)gate & 15) && !((uintptr_t)up & 15) &&
-		   !((uintptr_t)down & 15) && !((uintptr_t)x & 15)) {
-		const int sg = IQ_THREADS / (d / 256), sd = IQ_THREADS / (f / 256);
-		x4p::launch(moe_gu_iq4, dim3(tiles, (f + sg - 1) / sg), dim3(IQ_THREADS), 0, s, *r, x, d, f,
-			    g8, u8, h);
-		X4_CUDA_TRY(cudaGetLastError(), "x4k_moe_experts: gate/up launch", e);
-		x4p::launch(moe_down_iq4, dim3(tiles, (d + sd - 1) / sd), dim3(IQ_THREADS), 0, s, *r, d, f,
-			    d8, h, o);
 	} else {
 		moe_gu_gemv<<<dim3(tiles, (f + GEMV_WARPS - 1) / GEMV_WARPS), GEMV_WARPS * 32, 0, s>>>(
 			*r, x, d, f, g8, u8, h);

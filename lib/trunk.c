@@ -114,6 +114,8 @@ int x4_trunk_configure(x4_trunk *t, const x4_trunk_opts *o, x4_err *e)
 	if (rc)
 		return rc;
 	if (t->cuda) {
+		/* (a change of pdl alone also lands here: the step's graph is
+		 * captured anew with the launches' new attributes) */
 		rc = x4_trunk_cuda_configure(t->cuda, &r, e);
 	} else {
 		/* The CPU trunk reads the weights in place: a new one costs its

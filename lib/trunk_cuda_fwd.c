@@ -452,6 +452,7 @@ static int run(x4_trunk_cuda *t, const int32_t *ids, int n, float *logits, bool 
 				  "options; configure it again with options that fit");
 	const float *pick_row = t->w.logits; /* where the last position's logits land */
 	X4_CUDA_TRY(cudaSetDevice(t->dev), "select the CUDA device", e);
+	x4k_pdl_set(t->o.pdl); /* process-wide: a trunk sets its own before it launches */
 	fwd f = { t, &t->w, c, t->s, 0, e };
 	int rc = 0;
 	for (int done = 0; done < n && !rc; done += t->chunk) {
@@ -542,6 +543,7 @@ int x4_trunk_cuda_forward_next(x4_trunk_cuda *t, const int32_t *ids, int n,
 	 * logits on the device); the arithmetic and the pick are the same. */
 	if (n == 1 && !logits && !t->broken) {
 		X4_CUDA_TRY(cudaSetDevice(t->dev), "select the CUDA device", e);
+		x4k_pdl_set(t->o.pdl);
 		rc = graph_step(t, ids[0], so, pick, e);
 		if (rc < 0)
 			return rc;

@@ -110,7 +110,7 @@ check run.seed.matters $([ "$a" != "$c" ]; echo $?) "seeds 7 and 8 gave the same
 for args in "-n abc" "-n 5x" "-n -1" "--temperature hot" "--top-p 2" "--top-k 1.5" \
 	"--tokens 1,,2" "--tokens 1,a" "-s -1" "--threads x" "--max-model-len 0" \
 	"--device gpu" "--resid f8" "--system hi" "--no-such-flag" "--hc lazy" "--kv-cache f8" \
-	"--gpu-memory 0" "--gpu-memory 12X" "--gpu-memory -1G" "--prec f16" "--sublayer f8" "--graph maybe"; do
+	"--gpu-memory 0" "--gpu-memory 12X" "--gpu-memory -1G" "--prec f16" "--sublayer f8" "--graph maybe" "--pdl maybe"; do
 	# shellcheck disable=SC2086
 	"$RUN" $args </dev/null >"$tmp/out" 2>"$tmp/err"; rc=$?
 	check "run.usage[$args]" $((rc != 2 || $(wc -c <"$tmp/err") == 0)) "exit $rc, stderr '$(head -c 200 "$tmp/err")'"
