@@ -152,7 +152,7 @@ const char x4t_trunk_help[] =
 "                          automatic, 64 on the CPU, up to 512 on a GPU)\n"
 "      --pdl on|off        GPU, sm_90 and later: programmatic dependent launch,\n"
 "                          each kernel's weight loads issued before it waits for\n"
-"                          its input (default off)\n";
+"                          its input (default on)\n";
 
 const char x4t_load_help[] =
 "      --device DEV        cpu (default) or cuda:N\n"

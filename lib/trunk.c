@@ -25,6 +25,9 @@ void x4_trunk_opts_default(x4_trunk_opts *o)
 	o->device = -1;
 	o->resid = X4_RESID_F32;
 	o->prec = X4_PREC_F32;
+	/* Priced on the H200 with x4-bench-abab: 1.056x at 512 tokens of
+	 * context, 1.051x at 4096 (bench/RESULTS.md 14); a no-op below sm_90. */
+	o->pdl = true;
 }
 
 int x4_trunk_opts_ctx(const x4_model *m, const x4_trunk_opts *o)

@@ -483,7 +483,8 @@ typedef struct x4_trunk_opts {
 	int sublayer;      /* enum x4_sub: the width x-hat is handed to attention and FFN in */
 	bool no_graph;     /* GPU: run decode steps eagerly instead of replaying a captured graph */
 	bool pdl;          /* GPU, sm_90 and later: programmatic dependent launch (each kernel
-	                      issues its weight loads before it waits for its input) */
+	                      issues its weight loads before it waits for its input);
+	                      on by default */
 	/* Called (if set) as the weights load onto the GPU, after each staged
 	 * piece: bytes done of total.  The library never prints; a tool may. */
 	void (*progress)(void *ctx, uint64_t done, uint64_t total);
