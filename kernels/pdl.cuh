@@ -12,9 +12,11 @@
  * what makes a kernel's predecessors' predecessors complete too.  Kernels
  * launched plainly keep the ordinary stream order with their neighbours.
  * Built for an arch below sm_90 the device calls are empty, and the host
- * never sets the attribute on a device below 9.0 (measured lever: record
- * the H200's ../shared/probes/pdl_step.cu figures, 765 -> 973 steps/s at
- * 240 kernels a step, in docs before turning it on by default).
+ * never sets the attribute on a device below 9.0.  Measured on the H200:
+ * a synthetic step of 240 kernels went from 765 to 973 steps/s with the
+ * weight loads issued before the wait (docs/record.md 9), and x4's own
+ * step 1.056x at 512 tokens of context, 1.051x at 4096 (bench/RESULTS.md
+ * 14), which is why it is on by default.
  */
 #ifndef X4_PDL_CUH
 #define X4_PDL_CUH
