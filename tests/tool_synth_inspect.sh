@@ -193,7 +193,7 @@ done
 
 # -- the man page carries a real date --
 grep -q '^\.Dd [A-Z][a-z]* [0-9][0-9]*, 20[0-9][0-9]$' man/x4-synth.1 && grep -q '^\.Dd ' man/x4-inspect.1 &&
-	! grep -q 'Mdocdate' man/x4-synth.1 man/x4-inspect.1
+	! grep -q 'Mdocdate' man/*.1
 ok synth_inspect_man_dates $? "$(grep -H '^\.Dd' man/x4-synth.1 man/x4-inspect.1)"
 
 [ $fails -eq 0 ]
