@@ -102,7 +102,7 @@ run = lines[0]
 dev = sys.argv[2]
 assert dev == "cpu" or run["ceiling_gbps"] > 300, ("ceiling", run["ceiling_gbps"])
 cls = {l["name"] for l in lines if l["section"] == "class"}
-# (the sublayer RMSNorm runs inside the gate's kernel at decode sizes, so a
+# (the sublayer RMSNorm runs inside the gate kernel at decode sizes, so a
 # decode step has no sublayer_norm class of its own)
 need = {"hc_gate", "attention", "moe_router", "routed_experts",
         "shared_expert", "dense_ffn", "head_pick", "embed"}
