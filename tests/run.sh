@@ -5,7 +5,7 @@
 set -u
 cd "$(dirname "$0")/.." || exit 2
 mkdir -p build/test-logs
-pass=0 fail=0 broken=()
+pass=0 fail=0 skip=0 broken=()
 run_one() { # name, command...
 	local name=$1; shift
 	local log=build/test-logs/$name.log
@@ -15,14 +15,16 @@ run_one() { # name, command...
 	local p f
 	p=$(grep -c '^PASS ' "$log")
 	f=$(grep -c '^FAIL ' "$log")
-	pass=$((pass + p)); fail=$((fail + f))
+	k=$(grep -c '^SKIP ' "$log")
+	pass=$((pass + p)); fail=$((fail + f)); skip=$((skip + k))
 	grep '^FAIL ' "$log" | sed "s/^/$name: /"
 	if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
 		# A crash or a setup failure counts as a failure of its own.
 		fail=$((fail + 1)); broken+=("$name (exit $rc; see $log)")
 		tail -n 5 "$log" | sed "s/^/$name: /"
 	fi
-	printf '%-28s %4d passed %3d failed  %3ds\n' "$name" "$p" "$f" $((SECONDS - t0))
+	printf '%-28s %4d passed %3d failed %3d skipped  %3ds\n' "$name" "$p" "$f" "$k" \
+		$((SECONDS - t0))
 }
 for t in build/tests/test_*; do
 	[ -x "$t" ] || continue
@@ -36,13 +38,16 @@ for t in tests/oracle_*.py; do
 	[ -e "$t" ] || continue
 	run_one "$(basename "$t" .py)" build/venv/bin/python "$t"
 done
-# Every .cu must compile (the library build above did, when nvcc is here).
-if [ -n "$(make -s --no-print-directory print-nvcc 2>/dev/null)" ]; then
+# Every .cu must compile (the library build above did, when nvcc is here);
+# without nvcc that check is a skip, said so.
+if [ -z "$(make -s --no-print-directory print-nvcc 2>/dev/null)" ]; then
+	skip=$((skip + 1)); echo "SKIP cuda: no nvcc, the kernels were not compiled"
+else
 	n=$(ls kernels/*.cu 2>/dev/null | wc -l)
 	ok=$(ls build/kernels/*.o 2>/dev/null | wc -l)
 	if [ "$n" -eq "$ok" ]; then pass=$((pass + 1)); echo "PASS cuda: $n kernels compiled"
 	else fail=$((fail + 1)); echo "FAIL cuda: $ok of $n kernels compiled"; fi
 fi
 for b in "${broken[@]+"${broken[@]}"}"; do echo "broken: $b"; done
-echo "$pass passed, $fail failed"
+echo "$pass passed, $fail failed, $skip skipped"
 [ "$fail" -eq 0 ]
