@@ -657,6 +657,12 @@ typedef struct x4_request {
 	int (*on_prefill)(void *ctx, size_t done, size_t total);
 	int (*on_logits)(void *ctx, const float *rows, int n, x4_err *e);
 	void *ctx;
+	/* A prefix store (section 7c) or NULL.  When set, the request restores
+	 * the longest prefix of its prompt that the store holds (always leaving
+	 * at least the last prompt token to forward), forwards only the rest at
+	 * its absolute positions, and afterwards offers its own cache rows to
+	 * the store.  The cache is reset before anything is restored. */
+	struct x4_prefix_store *prefix;
 } x4_request;
 
 /* A request's statistics.  Arrays belong to the session and hold until its
@@ -673,6 +679,7 @@ typedef struct x4_gen_stats {
 	size_t n_steps;
 	const int32_t *tokens;   /* [n_gen] the generated ids */
 	int stop;                /* enum x4_stop */
+	size_t n_reused;         /* prompt positions restored from the prefix store */
 } x4_gen_stats;
 /* Tokenize the request's prompt as the session would (for --tokenize and
  * for a length check); *ids is malloc'd. */
@@ -682,6 +689,37 @@ int x4_session_tokenize(x4_session *s, const x4_request *r, int32_t **ids, size_
  * work (X4_ERANGE with the numbers and the fix).  A non-finite pick is
  * X4_ENUMERIC; what was generated before it is in st. */
 int x4_session_generate(x4_session *s, const x4_request *r, x4_gen_stats *st, x4_err *e);
+
+/* ===================== 7c. the prefix store (lib/prefix.c) ===================== */
+
+/* Cache rows of requests already served, kept under an LRU byte budget so
+ * that a request sharing a prefix with one of them forwards only the rest
+ * (docs/serving.md).  An entry is keyed by its token ids and by the trunk
+ * options that change the rows' values or layout; rows are held in host
+ * memory.  Not thread-safe: one session uses it at a time. */
+typedef struct x4_prefix_store x4_prefix_store;
+/* budget: bytes of rows it may hold (0: a store that holds nothing). */
+int x4_prefix_store_create(x4_prefix_store **ps, uint64_t budget, x4_err *e);
+void x4_prefix_store_free(x4_prefix_store *ps);
+/* Forget every entry (the counters stay). */
+void x4_prefix_store_clear(x4_prefix_store *ps);
+typedef struct x4_prefix_stats {
+	uint64_t hits;          /* requests that restored at least one position */
+	uint64_t misses;        /* requests that restored none */
+	uint64_t reused_tokens; /* positions restored, over all requests */
+	uint64_t entries;       /* entries held now */
+	uint64_t bytes;         /* bytes held now */
+	uint64_t budget;        /* the byte budget */
+	uint64_t evictions;     /* entries dropped to stay in the budget */
+} x4_prefix_stats;
+void x4_prefix_store_stats(const x4_prefix_store *ps, x4_prefix_stats *st);
+
+/* The trunk's cache as rows, for the prefix store: bytes of one position's
+ * rows over every layer; copy positions [0, n) out to host memory; reset
+ * the trunk, then write n positions back and set the length to n. */
+uint64_t x4_trunk_cache_row_bytes(const x4_trunk *t);
+int x4_trunk_cache_read(x4_trunk *t, int n, void *rows, x4_err *e);
+int x4_trunk_cache_restore(x4_trunk *t, int n, const void *rows, x4_err *e);
 
 /* ===================== 8. utilities ===================== */
 
