@@ -38,7 +38,11 @@ ALL_CFLAGS = $(X4_CFLAGS) $(DEPFLAGS) $(CPPFLAGS) $(CFLAGS)
 LDLIBS   := -lm -lpthread
 # Machine code for each arch, plus the newest arch's PTX so that a newer GPU
 # can still run the kernels (the driver compiles it at load).
-NVFLAGS  := -O3 -std=c++17 -Ilib -Xcompiler -Wall,-Wno-unused-parameter -MMD -MP \
+# Warnings are errors on both sides (nvcc's own and the host compiler's);
+# -lineinfo maps SASS to source lines for Nsight Compute and x4-profile
+# without changing the code generated.
+NVFLAGS  := -O3 -std=c++17 -Ilib -Werror all-warnings -lineinfo \
+            -Xcompiler -Wall,-Wno-unused-parameter,-Werror -MMD -MP \
             $(foreach a,$(CUDA_ARCH),-gencode=arch=compute_$(a),code=sm_$(a)) \
             -gencode=arch=compute_$(lastword $(CUDA_ARCH)),code=compute_$(lastword $(CUDA_ARCH))
 
@@ -76,6 +80,13 @@ $(shell mkdir -p build && (echo '$(COMMIT)' | cmp -s - build/commit.txt || echo 
 build/lib/err.o: build/commit.txt
 build/lib/err.o: X4_CFLAGS += -DX4_COMMIT='"$(COMMIT)"'
 
+# The flags too: every object depends on build/flags.txt, rewritten only
+# when the compilers, the flags or CUDA_ARCH differ from the last build's,
+# so `make CUDA_ARCH=90` after a full build rebuilds what it changes.
+FLAGS_SIG := $(CC) $(ALL_CFLAGS) | $(NVCC) $(NVFLAGS) | $(LDFLAGS) $(LDLIBS)
+$(shell mkdir -p build && (echo '$(FLAGS_SIG)' | cmp -s - build/flags.txt || echo '$(FLAGS_SIG)' >build/flags.txt))
+$(LIB_OBJ): build/flags.txt
+
 build/libx4.a: $(LIB_OBJ)
 	@mkdir -p $(@D)
 	rm -f $@ && ar rcs $@ $^
@@ -96,11 +107,12 @@ build/kernels/%.o: kernels/%.cu
 # cmd/tool.c: the helpers every tool shares (messages, parsers, checked writes).
 TOOL_OBJ := build/cmd/tool.o
 .SECONDARY: $(TOOL_OBJ) # made through a pattern rule: kept, not removed as intermediate
-bin/%: cmd/%.c $(TOOL_OBJ) build/libx4.a
+$(TOOL_OBJ): build/flags.txt
+bin/%: cmd/%.c $(TOOL_OBJ) build/libx4.a build/flags.txt
 	@mkdir -p $(@D) build/cmd
 	$(CC) $(ALL_CFLAGS) -MF build/cmd/$*.d $< -o $@ $(TOOL_OBJ) build/libx4.a $(LDFLAGS) $(LDLIBS)
 
-build/tests/%: tests/%.c tests/t.h build/libx4.a
+build/tests/%: tests/%.c tests/t.h build/libx4.a build/flags.txt
 	@mkdir -p $(@D)
 	$(CC) $(ALL_CFLAGS) -Itests $< -o $@ build/libx4.a $(LDFLAGS) $(LDLIBS)
 
@@ -113,7 +125,7 @@ LAB_SRC := $(wildcard bench/kernels/*.cu)
 LAB := $(if $(NVCC),$(LAB_SRC:bench/kernels/%.cu=build/bench/%),)
 tests: $(TESTS) $(GPU_TESTS) $(HELPERS) $(LAB)
 bench-kernels: $(LAB)
-build/bench/%: bench/kernels/%.cu bench/kernels/lab.h build/libx4.a
+build/bench/%: bench/kernels/%.cu bench/kernels/lab.h build/libx4.a build/flags.txt
 	@mkdir -p $(@D)
 	$(NVCC) $(NVFLAGS) -Ikernels -Ibench/kernels $< -o $@ build/libx4.a -lm -lpthread
 

@@ -174,7 +174,9 @@ router_logits_wide(int d, int n_expert, const float4 *__restrict__ x, const floa
 /* A warp a token: lane l holds experts l, l+32, ... (g + bias in
  * registers); each of the k rounds takes the warp's maximum in the order
  * (g + bias descending, index ascending), so the lower index wins an exact
- * tie, and marks it taken.  Every lane ends a round with the same pick. */
+ * tie, and marks it taken; NaN never wins, and when only NaN is left the
+ * lowest index not yet taken is picked: x4r_topk's rule (lib/x4_kern.h).
+ * Every lane ends a round with the same pick. */
 /* Token t's top k on one warp (the body of router_select_kernel). */
 __device__ __forceinline__ void select_token(int t, int lane, int n_expert, int k,
 					     const float *__restrict__ score,
@@ -203,7 +205,7 @@ __device__ __forceinline__ void select_token(int t, int lane, int n_expert, int 
 		float bsb = 0.f, bg = 0.f;
 #pragma unroll
 		for (int j = 0; j < MAX_EXPERTS / 32; j++) /* ascending index in the lane */
-			if (!(taken & (1u << j)) && (be < 0 || sb[j] > bsb)) {
+			if (!(taken & (1u << j)) && !isnan(sb[j]) && (be < 0 || sb[j] > bsb)) {
 				be = lane + 32 * j;
 				bsb = sb[j];
 				bg = gv[j];
@@ -219,8 +221,23 @@ __device__ __forceinline__ void select_token(int t, int lane, int n_expert, int 
 				bg = og;
 			}
 		}
-		if (be < 0) /* only NaN scores left: stay in range */
-			be = 0, bg = 0.f;
+		if (be < 0) { /* only NaN left: the lowest index not yet taken */
+			int lo = 0x7fffffff;
+#pragma unroll
+			for (int j = MAX_EXPERTS / 32 - 1; j >= 0; j--)
+				if (!(taken & (1u << j)))
+					lo = lane + 32 * j;
+#pragma unroll
+			for (int o = 16; o; o >>= 1)
+				lo = min(lo, __shfl_xor_sync(0xffffffffu, lo, o));
+			be = lo;
+			float mine = 0.f;
+#pragma unroll
+			for (int j = 0; j < MAX_EXPERTS / 32; j++)
+				if (j == (be >> 5))
+					mine = gv[j];
+			bg = __shfl_sync(0xffffffffu, mine, be & 31);
+		}
 		if ((be & 31) == lane)
 			taken |= 1u << (be >> 5);
 		pick[s] = be;

@@ -5,10 +5,12 @@
  * a width bug and not a broken checkpoint: dequantize the block's expert
  * rows and run its MoE (docs/forward.md 7.2, 7.3) in double on the
  * activation the trunk saw.  If the loud expert is loud here too, the
- * magnitude is in the weights.  This shares no code with the trunks on
- * purpose: it is a second opinion.
+ * magnitude is in the weights.  Its arithmetic shares no code with the
+ * trunks on purpose (a second opinion); the expert selection is the one
+ * rule of x4r_topk.
  */
 #include "x4_int.h"
+#include "x4_kern.h"
 
 #include <math.h>
 
@@ -150,18 +152,8 @@ int x4_moe_replay_block(const x4_model *mdl, int block, const float *x_hat,
 		rc = x4_dequant(bias.t->type, bias.t->data, b, E, e);
 	if (rc)
 		goto out;
-	if (c->gating_func == 1) { /* softmax, for checkpoints that use it */
-		double mx = score[0], s = 0;
-		for (uint64_t i = 1; i < E; i++)
-			mx = fmax(mx, score[i]);
-		for (uint64_t i = 0; i < E; i++)
-			s += (score[i] = exp(score[i] - mx));
-		for (uint64_t i = 0; i < E; i++)
-			score[i] /= s;
-	} else {
-		for (uint64_t i = 0; i < E; i++)
-			score[i] = 1.0 / (1.0 + exp(-score[i]));
-	}
+	for (uint64_t i = 0; i < E; i++) /* sigmoid: the only gate a checkpoint opens with */
+		score[i] = 1.0 / (1.0 + exp(-score[i]));
 	int k = c->n_expert_used;
 	bool taken[256] = {0};
 	if (E > 256) {
@@ -169,20 +161,23 @@ int x4_moe_replay_block(const x4_model *mdl, int block, const float *x_hat,
 				(unsigned long long)E);
 		goto out;
 	}
-	for (int j = 0; j < k; j++) {
-		int best = -1;
-		if (force) {
-			best = force[j];
-			if (best < 0 || (uint64_t)best >= E || taken[best]) {
-				rc = x4_err_set(e, X4_EINVAL, "replay: expert %d is out of range or repeated", best);
+	if (force) {
+		for (int j = 0; j < k; j++) {
+			int f = force[j];
+			if (f < 0 || (uint64_t)f >= E || taken[f]) {
+				rc = x4_err_set(e, X4_EINVAL, "replay: expert %d is out of range or repeated", f);
 				goto out;
 			}
-		} else {
-			for (uint64_t i = 0; i < E; i++) /* strict >: the lower id wins a tie */
-				if (!taken[i] && (best < 0 || score[i] + b[i] > score[best] + b[best]))
-					best = (int)i;
+			taken[f] = true;
 		}
-		taken[best] = true;
+	} else {
+		/* The selection ranks score + bias by the one top-k rule. */
+		int sel[X4_REPLAY_MAX_USED];
+		for (uint64_t i = 0; i < E; i++)
+			h[i] = score[i] + b[i];
+		x4r_topk(h, (int)E, k, sel);
+		for (int j = 0; j < k; j++)
+			taken[sel[j]] = true;
 	}
 	r->routed_here = !force;
 	double sum = 0;

@@ -6,8 +6,3 @@
 #define R_EXP expf
 #define R_SQRT sqrtf
 #include "trunk_cpu_tmpl.h"
-
-void x4_router_topk(const float *score, const float *bias, int n, int k, int *sel)
-{
-	topk_f32(score, bias, n, k, sel);
-}

@@ -23,6 +23,7 @@
  */
 #include "prof_int.h"
 #include "trunk_int.h"
+#include "x4_kern.h"
 
 #include <math.h>
 
@@ -242,35 +243,13 @@ void FN(x4_hc_coef)(const x4_config *c, const REAL *m, const float *base, const 
 	}
 }
 
-/* Top-k on score + bias; a later index must be strictly greater to win,
- * so on an exact tie the lower index is taken (docs/forward.md 7.2). */
-static void FN(topk)(const REAL *score, const float *bias, int n, int k, int *sel)
+/* The selection ranks score + bias, summed in the instance's arithmetic,
+ * by x4r_topk's rule (ties, NaN: lib/x4_kern.h). */
+static void FN(topk)(const REAL *score, const float *bias, double *key, int n, int k, int *sel)
 {
-	for (int j = 0; j < k; j++) {
-		int best = -1;
-		REAL bv = 0;
-		for (int e = 0; e < n; e++) {
-			bool taken = false;
-			for (int q = 0; q < j; q++)
-				taken = taken || sel[q] == e;
-			REAL v = score[e] + (bias ? (REAL)bias[e] : (REAL)0);
-			if (taken || isnan(v))
-				continue;
-			if (best < 0 || v > bv) {
-				best = e;
-				bv = v;
-			}
-		}
-		/* Only NaN left: the lowest id not yet taken, so the k stay
-		 * distinct (a repeated expert would be summed twice). */
-		for (int e = 0; best < 0 && e < n; e++) {
-			bool taken = false;
-			for (int q = 0; q < j; q++)
-				taken = taken || sel[q] == e;
-			best = taken ? -1 : e;
-		}
-		sel[j] = best;
-	}
+	for (int e = 0; e < n; e++)
+		key[e] = (double)(score[e] + (bias ? (REAL)bias[e] : (REAL)0));
+	x4r_topk(key, n, k, sel);
 }
 
 static inline REAL FN(narrow)(int resid, REAL v)
@@ -311,6 +290,7 @@ typedef struct FN(ws) {
 	REAL *o;      /* [T][n_head][d_v] */
 	REAL *g, *u;  /* [T][F] dense / shared expert */
 	REAL *rl;     /* [T][n_expert] router scores */
+	double *key;  /* [n_expert] what the selection ranks */
 	int *sel;     /* [T][k] selected experts, selection order */
 	REAL *sw;     /* [T][k] their weights */
 	int *cnt, *off; /* [n_expert + 1] routes per expert, and their start */
@@ -337,6 +317,7 @@ void FN(x4_cpu_ws_free)(x4_trunk_cpu *t)
 	for (size_t i = 0; i < X4_ARRAY_LEN(bufs); i++)
 		free(*bufs[i]);
 	free(w->sel);
+	free(w->key);
 	free(w->cnt);
 	free(w->off);
 	free(w->rt);
@@ -379,13 +360,14 @@ int FN(x4_cpu_ws_alloc)(x4_trunk_cpu *t, x4_err *e)
 		if (!(*bufs[i].p = x4_alloc(bufs[i].n * sizeof(REAL), "the trunk workspace", e)))
 			return X4_ENOMEM;
 	w->sel = x4_alloc(T * k * sizeof(int), "the trunk workspace", e);
+	w->key = x4_alloc((size_t)X4_MAX(1, c->n_expert) * sizeof(double), "the trunk workspace", e);
 	w->cnt = x4_alloc((size_t)(c->n_expert + 2) * sizeof(int), "the trunk workspace", e);
 	w->off = x4_alloc((size_t)(c->n_expert + 2) * sizeof(int), "the trunk workspace", e);
 	w->rt = x4_alloc(T * k * sizeof(int), "the trunk workspace", e);
 	w->rs = x4_alloc(T * k * sizeof(int), "the trunk workspace", e);
 	w->probe = x4_alloc((hc * D + 2 * D + hc + hc * hc + k) * sizeof(float), "the probe", e);
 	w->probe_sel = x4_alloc(k * sizeof(int), "the probe", e);
-	if (!w->sel || !w->cnt || !w->off || !w->rt || !w->rs || !w->probe || !w->probe_sel)
+	if (!w->sel || !w->key || !w->cnt || !w->off || !w->rt || !w->rs || !w->probe || !w->probe_sel)
 		return X4_ENOMEM;
 	/* Per worker: a weight row (twice the room in F64 for the widening),
 	 * and the attention's scores for every head. */
@@ -616,7 +598,7 @@ static void FN(moe)(x4_trunk_cpu *t, FN(ws) *w, int b, int T)
 		int *sel = w->sel + tk * k;
 		for (int e = 0; e < E; e++)
 			g[e] = FN(sigmoid)(g[e]);
-		FN(topk)(g, bias, E, k, sel);
+		FN(topk)(g, bias, w->key, E, k, sel);
 		for (int j = 0; j < k; j++)
 			sum += g[sel[j]];
 		for (int j = 0; j < k; j++) {

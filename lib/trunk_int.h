@@ -99,10 +99,6 @@ void x4_hc_update_f64(int n_hc, int D, const double *post, const double *comb,
 void x4_hc_update_f32(int n_hc, int D, const float *post, const float *comb,
 		      const float *H, const float *y, float *out);
 
-/* Top-k of score + bias with the lower index winning exact ties
- * (docs/forward.md 7.2); sel[k] in selection order. */
-void x4_router_topk(const float *score, const float *bias, int n, int k, int *sel);
-
 /* One weight row to float: x4_dequant's values, faster for the trunk's
  * types (IQ4_NL, Q6_K, BF16). */
 void x4_cpu_dequant_row(int type, const void *src, float *dst, uint64_t n);

@@ -364,6 +364,14 @@ int x4r_gemv(int type, const void *w, int n, int k, const float *x, float *y,
 int x4r_gemm(int type, const void *w, int n, int k, int n_tok, const float *x,
 	     float *y, float *mag, x4_err *e);
 void x4r_swiglu(int64_t n, const float *g, const float *u, float *h);
+/* The router's selection (docs/forward.md 7.2), the one top-k of x4: the k
+ * largest of v[n] in selection order, a later index winning only when
+ * strictly greater (the lower index keeps an exact tie).  A NaN never wins
+ * over a number; when only NaN is left, the lowest index not yet taken is
+ * selected, so the k stay distinct (a repeated expert would be summed
+ * twice).  The CPU trunks, this reference, the replay and (in the same
+ * order) kernels/moe_router.cu select by this rule. */
+void x4r_topk(const double *v, int n, int k, int *sel);
 /* The router of docs/forward.md 7.2 in double.  sel, wts: [n_tok][k]; score (optional,
  * [n_tok][n_expert]) receives g + bias and lmag (optional, same shape) the
  * sum of |W_r x| terms of each logit. */

@@ -674,14 +674,19 @@ out:
  * near tie: the reference's two scores closer than the fp32 logit error can
  * move them (sigmoid' <= 1/4, times TOL * the logit's mag).  tie: experts
  * 5, 9, 17, 40, 41, 60 get one weight row and bias 1.0, an exact tie for 4
- * places that the lower indices must win, in index order. */
+ * places that the lower indices must win, in index order.  tie 2: every
+ * bias NaN but experts 3 and 11's, so each token takes those two and then
+ * the lowest ids not taken (x4r_topk's NaN rule), exactly as the reference. */
 static void test_router(int n_tok, int d, int E, int k, uint64_t seed, int tie)
 {
 	static const int tied[] = { 5, 9, 17, 40, 41, 60 };
 	char cas[200], name[64];
+	const int nan_bias = tie == 2;
+	if (nan_bias)
+		tie = 0;
 	snprintf(cas, sizeof cas, "op moe_router type F32 d %d experts %d k %d tokens %d seed %llu%s", d, E,
-		 k, n_tok, (unsigned long long)seed, tie ? " exact-tie" : "");
-	snprintf(name, sizeof name, "moe router%s", tie ? " exact tie" : "");
+		 k, n_tok, (unsigned long long)seed, tie ? " exact-tie" : nan_bias ? " nan-bias" : "");
+	snprintf(name, sizeof name, "moe router%s", tie ? " exact tie" : nan_bias ? " NaN bias" : "");
 	rng_s = seed;
 	size_t nr = (size_t)n_tok * k;
 	float *x = xmalloc((size_t)n_tok * d * 4), *wr = xmalloc((size_t)E * d * 4), *b = xmalloc((size_t)E * 4);
@@ -695,6 +700,9 @@ static void test_router(int n_tok, int d, int E, int k, uint64_t seed, int tie)
 			memcpy(wr + (size_t)tied[i] * d, wr + (size_t)tied[0] * d, (size_t)d * 4);
 			b[tied[i]] = b[tied[0]] = 1.0f;
 		}
+	if (nan_bias)
+		for (int i = 0; i < E; i++)
+			b[i] = i == 3 || i == 11 ? 0.5f : NAN;
 	int32_t *sel = xmalloc(nr * 4), *rsel = xmalloc(nr * 4);
 	float *wts = xmalloc(nr * 4), *rwts = xmalloc(nr * 4);
 	float *score = xmalloc((size_t)n_tok * E * 4), *lmag = xmalloc((size_t)n_tok * E * 4);
@@ -769,8 +777,13 @@ static void test_router(int n_tok, int d, int E, int k, uint64_t seed, int tie)
 					bad = 1;
 				}
 	}
+	if (nan_bias && !bad && memcmp(sel, rsel, nr * 4)) {
+		snprintf(why, sizeof why, "the picks differ from the reference's (first token: %d %d, "
+			 "ref %d %d)", sel[0], sel[k - 1], rsel[0], rsel[k - 1]);
+		bad = 1;
+	}
 	T_OK(!bad, name, "%s: %s", cas, why);
-	if (near)
+	if (near && !nan_bias)
 		printf("#   %s: %d tokens differ from the reference by a near tie only\n", cas, near);
 	if (!tie)
 		check_table(cas, &r, sel);
@@ -812,6 +825,7 @@ static void test_moe(void)
 	test_router(37, 3584, 64, 4, 52, 0);
 	test_router(512, 3584, 64, 4, 53, 0);
 	test_router(3, 3584, 64, 4, 54, 1);
+	test_router(4, 3584, 64, 4, 56, 2);
 	test_router(5, 96, 7, 3, 55, 0);
 
 	struct moe_w tiny;

@@ -6,6 +6,7 @@
  */
 #include "t.h"
 #include "trunk_int.h"
+#include "x4_kern.h"
 
 #include <math.h>
 #include <unistd.h>
@@ -155,22 +156,36 @@ static void test_dequant_row(void)
 
 static void test_router(void)
 {
-	float s[5] = { 0.5f, 0.7f, 0.7f, 0.2f, 0.7f };
-	int sel[3];
-	x4_router_topk(s, NULL, 5, 3, sel);
-	T_OK(sel[0] == 1 && sel[1] == 2 && sel[2] == 4, "router ties: lower index wins",
+	double s[5] = { 0.5, 0.7, 0.7, 0.2, 0.7 };
+	int sel[4];
+	x4r_topk(s, 5, 3, sel);
+	T_OK(sel[0] == 1 && sel[1] == 2 && sel[2] == 4, "topk ties: lower index wins",
 	     "selected %d %d %d, want 1 2 4", sel[0], sel[1], sel[2]);
-	float g[3] = { 0.9f, 0.1f, 0.5f }, b[3] = { -1.0f, 0.0f, 0.0f };
-	x4_router_topk(g, b, 3, 1, sel);
-	T_OK(sel[0] == 2, "router selects on score + bias", "selected %d, want 2", sel[0]);
-	/* NaN scores (a non-finite residual arm) are never preferred, and
-	 * the experts chosen stay distinct however many are NaN. */
-	float h[5] = { NAN, 0.5f, NAN, 0.25f, NAN };
-	int s4[4];
-	x4_router_topk(h, NULL, 5, 4, s4);
-	T_OK(s4[0] == 1 && s4[1] == 3 && s4[2] == 0 && s4[3] == 2,
-	     "router: NaN scores last, experts distinct", "selected %d %d %d %d, want 1 3 0 2",
-	     s4[0], s4[1], s4[2], s4[3]);
+	/* NaN scores (a non-finite residual arm) never win over a number, and
+	 * the experts chosen stay distinct however many are NaN: the rule of
+	 * x4r_topk, which the trunks, the replay and the kernel follow. */
+	double h[5] = { NAN, 0.5, NAN, 0.25, NAN };
+	x4r_topk(h, 5, 4, sel);
+	T_OK(sel[0] == 1 && sel[1] == 3 && sel[2] == 0 && sel[3] == 2,
+	     "topk: NaN scores last, experts distinct", "selected %d %d %d %d, want 1 3 0 2",
+	     sel[0], sel[1], sel[2], sel[3]);
+	double n3[3] = { NAN, NAN, NAN };
+	x4r_topk(n3, 3, 3, sel);
+	T_OK(sel[0] == 0 && sel[1] == 1 && sel[2] == 2, "topk: all NaN takes ids in order",
+	     "selected %d %d %d", sel[0], sel[1], sel[2]);
+	double inf[4] = { -INFINITY, INFINITY, NAN, 1 };
+	x4r_topk(inf, 4, 4, sel);
+	T_OK(sel[0] == 1 && sel[1] == 3 && sel[2] == 0 && sel[3] == 2,
+	     "topk: +inf first, -inf before NaN", "selected %d %d %d %d", sel[0], sel[1], sel[2],
+	     sel[3]);
+	/* The reference router selects on score + bias by the same rule. */
+	x4_err e;
+	float x[2] = { 1, 0 }, wr[3 * 2] = { 2, 0, -2, 0, 0.5f, 0 }, b[3] = { -1, 0, 0.2f };
+	int32_t rs[1];
+	float wts[1];
+	int rc = x4r_moe_router(1, 2, 3, 1, x, wr, b, 1, true, rs, wts, NULL, NULL, &e);
+	T_OK(rc == 0 && rs[0] == 2, "router selects on score + bias", "rc %d selected %d, want 2",
+	     rc, rs[0]);
 }
 
 static void test_sampler(void)

@@ -2,12 +2,10 @@
  * ref_hc.c - plain-C references of the hyper-connection gate and the stream
  * update (docs/forward.md 5.1, 5.2), in double, for x4k_hc_pre and x4k_hc_post.
  */
-#include "x4_int.h"
+#include "trunk_int.h"
 #include "x4_kern.h"
 
 #include <math.h>
-
-static double sigmoid(double z) { return 1.0 / (1.0 + exp(-z)); }
 
 /* docs/forward.md 5.2 A4/F4 for one token: out[d] = post[d] * y + sum_s C[d][s] H[s]. */
 static void update(int n, int D, const float *coef, const float *y, const float *H, double *out)
@@ -46,6 +44,10 @@ void x4r_hc_pre(const x4k_hc_cfg *c, int n_tok, const float *H, const uint16_t *
 	double *h = malloc(sizeof *h * K); /* [n_hc][D] the state the gate sees */
 	if (!h)
 		return;
+	const x4_config hc_config = {
+		.n_hc = n, .sinkhorn_iters = c->iters, .hc_eps = c->hc_eps,
+		.clamp_min = c->clamp_min, .clamp_max = c->clamp_max,
+	};
 	for (int t = 0; t < n_tok; t++) {
 		const float *Ht = H + t * K;
 		if (y_prev) {
@@ -60,50 +62,23 @@ void x4r_hc_pre(const x4k_hc_cfg *c, int n_tok, const float *H, const uint16_t *
 		for (size_t i = 0; i < K; i++)
 			ss += h[i] * h[i];
 		double inv = 1.0 / sqrt(ss / (double)K + (double)c->rms_eps);
-		double m[X4K_HC_NCOEF(8)], M[8][8];
+		double m[X4K_HC_NCOEF(8)];
 		for (int r = 0; r < nc; r++) {
 			double acc = 0;
 			for (size_t i = 0; i < K; i++)
 				acc += (double)x4_bf16_to_f32(fn[r * K + i]) * (h[i] * inv);
 			m[r] = acc;
 		}
+		/* The coefficients are the F64 CPU trunk's own (one Sinkhorn in C). */
 		float *cf = coef + (size_t)t * nc;
-		double pre[8];
+		double pre[8], post[8], comb[64];
+		x4_hc_coef_f64(&hc_config, m, base, scale, pre, post, comb);
 		for (int s = 0; s < n; s++)
-			cf[s] = (float)(pre[s] = sigmoid((double)scale[0] * m[s] + base[s]));
+			cf[s] = (float)pre[s];
 		for (int d = 0; d < n; d++)
-			cf[n + d] = (float)(2.0 * sigmoid((double)scale[1] * m[n + d] + base[n + d]));
-		for (int d = 0; d < n; d++) {
-			double mx = -INFINITY;
-			for (int s = 0; s < n; s++) {
-				int k = 2 * n + d * n + s;
-				double v = (double)scale[2] * m[k] + base[k];
-				v = v < c->clamp_min ? c->clamp_min : v > c->clamp_max ? c->clamp_max : v;
-				M[d][s] = v;
-				mx = v > mx ? v : mx;
-			}
-			for (int s = 0; s < n; s++)
-				M[d][s] = exp(M[d][s] - mx);
-		}
-		for (int it = 0; it < c->iters; it++) {
-			for (int d = 0; d < n; d++) {
-				double sum = 0;
-				for (int s = 0; s < n; s++)
-					sum += M[d][s];
-				for (int s = 0; s < n; s++)
-					M[d][s] /= sum + c->hc_eps;
-			}
-			for (int s = 0; s < n; s++) {
-				double sum = 0;
-				for (int d = 0; d < n; d++)
-					sum += M[d][s];
-				for (int d = 0; d < n; d++)
-					M[d][s] /= sum + c->hc_eps;
-			}
-		}
-		for (int d = 0; d < n; d++)
-			for (int s = 0; s < n; s++)
-				cf[2 * n + d * n + s] = (float)M[d][s];
+			cf[n + d] = (float)post[d];
+		for (int i = 0; i < n * n; i++)
+			cf[2 * n + i] = (float)comb[i];
 		for (int i = 0; i < D; i++) {
 			double v = 0, mg = 0;
 			for (int s = 0; s < n; s++) {

@@ -9,6 +9,28 @@
 
 #include <math.h>
 
+static bool taken_before(const int *sel, int j, int e)
+{
+	for (int q = 0; q < j; q++)
+		if (sel[q] == e)
+			return true;
+	return false;
+}
+
+void x4r_topk(const double *v, int n, int k, int *sel)
+{
+	for (int j = 0; j < k; j++) {
+		int best = -1;
+		for (int e = 0; e < n; e++) /* ascending, strict >: the lower index keeps a tie */
+			if (!isnan(v[e]) && !taken_before(sel, j, e) && (best < 0 || v[e] > v[best]))
+				best = e;
+		for (int e = 0; best < 0 && e < n; e++) /* only NaN left */
+			if (!taken_before(sel, j, e))
+				best = e;
+		sel[j] = best;
+	}
+}
+
 int x4r_moe_router(int n_tok, int d, int n_expert, int k, const float *x,
 		   const float *w_r, const float *bias, float scale, bool norm,
 		   int32_t *sel, float *wts, float *score, float *lmag, x4_err *e)
@@ -20,8 +42,8 @@ int x4r_moe_router(int n_tok, int d, int n_expert, int k, const float *x,
 	if (!g)
 		return X4_ENOMEM;
 	double *sb = g + n_expert; /* [n_expert] g + bias: what selection ranks */
-	bool *taken = x4_calloc((size_t)n_expert, sizeof *taken, "ref router marks", e);
-	if (!taken) {
+	int *pick = x4_alloc((size_t)k * sizeof *pick, "ref router picks", e);
+	if (!pick) {
 		free(g);
 		return X4_ENOMEM;
 	}
@@ -36,29 +58,24 @@ int x4r_moe_router(int n_tok, int d, int n_expert, int k, const float *x,
 			}
 			g[ex] = 1.0 / (1.0 + exp(-l));
 			sb[ex] = g[ex] + (double)bias[ex];
-			taken[ex] = false;
 			if (score)
 				score[(size_t)t * n_expert + ex] = (float)sb[ex];
 			if (lmag)
 				lmag[(size_t)t * n_expert + ex] = (float)m;
 		}
+		int32_t *st = sel + (size_t)t * k;
+		x4r_topk(sb, n_expert, k, pick);
 		double sum = 0;
 		for (int s = 0; s < k; s++) {
-			int best = -1;
-			/* ascending scan with a strict >: the lower index keeps a tie */
-			for (int ex = 0; ex < n_expert; ex++)
-				if (!taken[ex] && (best < 0 || sb[ex] > sb[best]))
-					best = ex;
-			taken[best] = true;
-			sel[(size_t)t * k + s] = best;
-			sum += g[best];
+			st[s] = pick[s];
+			sum += g[pick[s]];
 		}
 		for (int s = 0; s < k; s++) {
 			double gs = g[sel[(size_t)t * k + s]];
 			wts[(size_t)t * k + s] = (float)(norm ? gs / (sum + 1e-20) * scale : gs * scale);
 		}
 	}
-	free(taken);
+	free(pick);
 	free(g);
 	return 0;
 }
