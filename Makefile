@@ -83,8 +83,11 @@ build/lib/err.o: X4_CFLAGS += -DX4_COMMIT='"$(COMMIT)"'
 # The flags too: every object depends on build/flags.txt, rewritten only
 # when the compilers, the flags or CUDA_ARCH differ from the last build's,
 # so `make CUDA_ARCH=90` after a full build rebuilds what it changes.
+# (A dry run, make -n, leaves it alone: it says what would be built.)
 FLAGS_SIG := $(CC) $(ALL_CFLAGS) | $(NVCC) $(NVFLAGS) | $(LDFLAGS) $(LDLIBS)
-$(shell mkdir -p build && (echo '$(FLAGS_SIG)' | cmp -s - build/flags.txt || echo '$(FLAGS_SIG)' >build/flags.txt))
+ifeq ($(findstring n,$(filter-out -%,$(firstword $(MAKEFLAGS)))),)
+  $(shell mkdir -p build && (echo '$(FLAGS_SIG)' | cmp -s - build/flags.txt || echo '$(FLAGS_SIG)' >build/flags.txt))
+endif
 $(LIB_OBJ): build/flags.txt
 
 build/libx4.a: $(LIB_OBJ)

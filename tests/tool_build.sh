@@ -25,6 +25,24 @@ esac
 [ $r -eq 0 ] && [[ $line == *" -Werror "* ]]
 ok build_cflags_add_to_required $? "compile line: $line"
 
+# -- objects are rebuilt when the flags or CUDA_ARCH change (build/flags.txt),
+# in a scratch tree so that this tree's build stays as it is --
+S=$T/scratch
+mkdir -p "$S" && cp Makefile "$S/" && for d in lib cmd kernels tests; do ln -s "$PWD/$d" "$S/$d"; done
+(cd "$S" && mk -s build/lib/util.o >/dev/null 2>&1)
+(cd "$S" && mk -q build/lib/util.o); ok build_flags_same_up_to_date $? "util.o out of date with the same flags"
+(cd "$S" && mk -q CFLAGS=-O1 build/lib/util.o); [ $? -eq 1 ]
+ok build_flags_change_rebuilds $? "util.o up to date after CFLAGS changed"
+if [ -n "$(mk -s print-nvcc)" ]; then
+	(cd "$S" && mk -s build/lib/util.o >/dev/null 2>&1)
+	(cd "$S" && mk -q CUDA_ARCH=90 build/lib/util.o); [ $? -eq 1 ]
+	ok build_cuda_arch_change_rebuilds $? "util.o up to date after CUDA_ARCH changed"
+else
+	echo "SKIP build_cuda_arch_change_rebuilds: no nvcc"
+fi
+cp "$S/build/flags.txt" "$T/flags.before"
+(cd "$S" && mk -n CFLAGS=-O3 build/lib/util.o >/dev/null 2>&1)
+cmp -s "$S/build/flags.txt" "$T/flags.before"; ok build_dry_run_keeps_flags $? "make -n rewrote build/flags.txt"
 # -- a plain make runs as many jobs as there are cores --
 n=$(nproc 2>/dev/null || echo 1)
 flags=$(mk -pn print-nvcc 2>/dev/null | grep '^MAKEFLAGS = ')
