@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <strings.h>
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
@@ -25,13 +26,15 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 		"usage: " PROG " --preset tiny|small|full [--seed N] [--loud BLOCK:EXPERT:FACTOR]\n"
-		"                [--threads N] -o DIR\n"
+		"                [--expert-type iq4_nl|q8_0] [--threads N] -o DIR\n"
 		"Write DIR/xing4_0-<preset>.gguf and its tokenizer folder.\n"
 		"  -p, --preset NAME     tiny (~35 MB), small (~1 GB) or full (20.1 GB, as released)\n"
 		"  -s, --seed N          weight seed (default 1); the bytes depend on it alone\n"
 		"  -l, --loud B:E:F      multiply expert E of MoE block B (a trunk block, not\n"
 		"                        NextN) by F (gate, up and down block scales) and force\n"
 		"                        it into the top-k; repeatable\n"
+		"  -e, --expert-type T   the routed experts' block format: iq4_nl (default, as\n"
+		"                        released) or q8_0 (llama.cpp's 8-bit blocks)\n"
 		"  -t, --threads N       worker threads (default: all CPUs)\n"
 		"  -o, --output DIR      the folder to write (created if missing); its files are\n"
 		"                        replaced only once every new one is complete\n"
@@ -396,7 +399,7 @@ static void on_progress(void *arg, uint64_t done, uint64_t total)
 /* ---- the GGUF ---- */
 
 static int write_gguf(const char *path, const char *preset, const x4_config *c,
-		      const x4_vocab *v, const x4_synth_opts *o, int *n_tensors,
+		      const x4_vocab *v, const x4_synth_opts *o, int expert_type, int *n_tensors,
 		      uint64_t *data_bytes, x4_err *e)
 {
 	x4_tensor_spec *t;
@@ -404,6 +407,9 @@ static int write_gguf(const char *path, const char *preset, const x4_config *c,
 	int rc = x4_layout(c, &t, &n, e);
 	if (rc)
 		return rc;
+	for (int i = 0; i < n; i++) /* the routed experts in the format asked for */
+		if (t[i].role == X4_ROLE_EXPERT)
+			t[i].type = expert_type;
 	x4_gguf_writer *w;
 	if ((rc = x4_gguf_writer_open(&w, path, e))) {
 		free(t);
@@ -417,7 +423,8 @@ static int write_gguf(const char *path, const char *preset, const x4_config *c,
 			 i ? "," : "", o->loud[i].block, o->loud[i].expert, (double)o->loud[i].factor);
 	x4_config_write(w, c);
 	x4_gguf_writer_kv_str(w, "general.name", name);
-	x4_gguf_writer_kv_u32(w, "general.file_type", 25); /* MOSTLY_IQ4_NL */
+	/* ggml's file types: 25 MOSTLY_IQ4_NL, 7 MOSTLY_Q8_0 (the experts are most of the bytes) */
+	x4_gguf_writer_kv_u32(w, "general.file_type", expert_type == X4_T_Q8_0 ? 7 : 25);
 	x4_gguf_writer_kv_u32(w, "general.quantization_version", 2);
 	x4_gguf_writer_kv_u32(w, "general.alignment", 32);
 	x4_gguf_writer_kv_str(w, "x4.synth.preset", preset);
@@ -528,6 +535,7 @@ int main(int argc, char **argv)
 		{ "seed", required_argument, 0, 's' },
 		{ "loud", required_argument, 0, 'l' },
 		{ "threads", required_argument, 0, 't' },
+		{ "expert-type", required_argument, 0, 'e' },
 		{ "output", required_argument, 0, 'o' },
 		{ "help", no_argument, 0, 'h' },
 		{ "version", no_argument, 0, 'V' },
@@ -537,7 +545,8 @@ int main(int argc, char **argv)
 	x4_synth_loud loud[MAX_LOUD];
 	x4_synth_opts o = { .seed = 1, .loud = loud };
 	int opt;
-	while ((opt = getopt_long(argc, argv, "p:s:l:t:o:h", opts, NULL)) != -1) {
+	int expert_type = X4_T_IQ4_NL;
+	while ((opt = getopt_long(argc, argv, "p:s:l:t:e:o:h", opts, NULL)) != -1) {
 		switch (opt) {
 		case 'p': preset = optarg; break;
 		case 's': o.seed = x4t_u64(optarg, "--seed"); break;
@@ -550,6 +559,14 @@ int main(int argc, char **argv)
 			o.n_loud++;
 			break;
 		case 't': o.threads = (int)x4t_long(optarg, 1, 1024, "--threads"); break;
+		case 'e':
+			if (!strcasecmp(optarg, "iq4_nl"))
+				expert_type = X4_T_IQ4_NL;
+			else if (!strcasecmp(optarg, "q8_0"))
+				expert_type = X4_T_Q8_0;
+			else
+				x4t_usage_error("--expert-type '%s': use iq4_nl or q8_0", optarg);
+			break;
 		case 'o': dir = optarg; break;
 		case 'h':
 			usage(stdout);
@@ -627,7 +644,7 @@ int main(int argc, char **argv)
 	int n_tensors = 0;
 	uint64_t data_bytes = 0;
 	double t0 = x4_now();
-	int rc = write_gguf(staged[F_GGUF], preset, &c, &v, &o, &n_tensors, &data_bytes, &e);
+	int rc = write_gguf(staged[F_GGUF], preset, &c, &v, &o, expert_type, &n_tensors, &data_bytes, &e);
 	double secs = x4_now() - t0;
 	if (o.progress)
 		fputs("\r\033[K", stderr);

@@ -143,7 +143,7 @@ __device__ __forceinline__ void hc_finish(const x4k_hc_cfg &c, int tok, const fl
 	}
 	if (!nm.xh)
 		return;
-	/* The sublayer's RMSNorm of x (spec 6.1), fused: the collapse threads'
+	/* The sublayer's RMSNorm of x (docs/forward.md 3.1), fused: the collapse threads'
 	 * sums of squares in a fixed order (warp trees, then the warps in
 	 * order, over a named barrier that warp 0, busy with the Sinkhorn,
 	 * does not join), then xh = (x * inv) * gain, x re-read from this

@@ -11,11 +11,12 @@
  * and for any permutation of the routes within an expert.  The top-k sum is
  * a separate reduction in ascending expert id (docs/forward.md 7.3).
  *
+ * The kernels are templated on the experts' block format (IQ4_NL as
+ * released, Q8_0), as the GEMV and GEMM are.
+ *
  * Tiles of 64 routes use the gemm core (a dequantized weight slice reused
  * by 64 routes); tiles of at most 4 use the gemv core (each weight row read
- * once for the tile's 1 or 4 routes); a one-token call (the batch-1 decode
- * step) uses the IQ4_NL register core, a lane a 256-value group with all
- * its loads in one round (quant_dev.cuh).
+ * once for the tile's 1 or 4 routes), the batch-1 decode step's included.
  */
 #include "cuda_check.h"
 #include "x4_kern.h"
@@ -23,7 +24,6 @@
 
 using namespace x4d;
 
-#define T_EXP X4_T_IQ4_NL
 #define SMALL_NV 4
 #define MAX_K 8
 
@@ -42,7 +42,7 @@ __device__ __forceinline__ bool tile_of(const x4k_moe_routes &r, int *ex, int *s
 
 /* ---- decode shape: gemv core ---- */
 
-template <int NV>
+template <int T_EXP, int NV>
 __device__ __forceinline__ void gu_gemv(uint8_t *smem, const float *const *xsrc, const uint8_t *g,
 					const uint8_t *u, int row, int d, int f, int start, int cnt, float *h)
 {
@@ -56,6 +56,7 @@ __device__ __forceinline__ void gu_gemv(uint8_t *smem, const float *const *xsrc,
 				h[(size_t)(start + v) * f + row] = silu(acc[0][v]) * acc[1][v];
 }
 
+template <int T_EXP>
 __global__ void __launch_bounds__(GEMV_WARPS * 32)
 moe_gu_gemv(x4k_moe_routes r, const float *__restrict__ x, int d, int f, const uint8_t *__restrict__ gate,
 	    const uint8_t *__restrict__ up, float *__restrict__ h)
@@ -72,12 +73,12 @@ moe_gu_gemv(x4k_moe_routes r, const float *__restrict__ x, int d, int f, const u
 	const bool ok = row < f;
 	const size_t rb = row_bytes(T_EXP, d), at = ((size_t)ex * f + (ok ? row : 0)) * rb;
 	if (cnt == 1)
-		gu_gemv<1>(smem, xsrc, gate + at, up + at, ok ? row : -1, d, f, start, cnt, h);
+		gu_gemv<T_EXP, 1>(smem, xsrc, gate + at, up + at, ok ? row : -1, d, f, start, cnt, h);
 	else
-		gu_gemv<SMALL_NV>(smem, xsrc, gate + at, up + at, ok ? row : -1, d, f, start, cnt, h);
+		gu_gemv<T_EXP, SMALL_NV>(smem, xsrc, gate + at, up + at, ok ? row : -1, d, f, start, cnt, h);
 }
 
-template <int NV>
+template <int T_EXP, int NV>
 __device__ __forceinline__ void down_gemv(uint8_t *smem, const float *const *xsrc, const uint8_t *w,
 					  int row, int d, int f, const int32_t *route, int cnt,
 					  float *out)
@@ -92,6 +93,7 @@ __device__ __forceinline__ void down_gemv(uint8_t *smem, const float *const *xsr
 				out[(size_t)route[v] * d + row] = acc[0][v];
 }
 
+template <int T_EXP>
 __global__ void __launch_bounds__(GEMV_WARPS * 32)
 moe_down_gemv(x4k_moe_routes r, int d, int f, const uint8_t *__restrict__ down,
 	      const float *__restrict__ h, float *__restrict__ out)
@@ -107,9 +109,9 @@ moe_down_gemv(x4k_moe_routes r, int d, int f, const uint8_t *__restrict__ down,
 	const bool ok = row < d;
 	const uint8_t *w = down + ((size_t)ex * d + (ok ? row : 0)) * row_bytes(T_EXP, f);
 	if (cnt == 1)
-		down_gemv<1>(smem, xsrc, w, ok ? row : -1, d, f, r.route + start, cnt, out);
+		down_gemv<T_EXP, 1>(smem, xsrc, w, ok ? row : -1, d, f, r.route + start, cnt, out);
 	else
-		down_gemv<SMALL_NV>(smem, xsrc, w, ok ? row : -1, d, f, r.route + start, cnt, out);
+		down_gemv<T_EXP, SMALL_NV>(smem, xsrc, w, ok ? row : -1, d, f, r.route + start, cnt, out);
 }
 
 /* (A one-token path on the IQ4_NL register core of quant_dev.cuh was
@@ -119,6 +121,7 @@ moe_down_gemv(x4k_moe_routes r, int d, int f, const uint8_t *__restrict__ down,
 
 /* ---- prefill shape: gemm core ---- */
 
+template <int T_EXP>
 __global__ void __launch_bounds__(GEMM_THREADS)
 moe_gu_gemm(x4k_moe_routes r, const float *__restrict__ x, int d, int f, const uint8_t *__restrict__ gate,
 	    const uint8_t *__restrict__ up, float *__restrict__ h)
@@ -146,6 +149,7 @@ moe_gu_gemm(x4k_moe_routes r, const float *__restrict__ x, int d, int f, const u
 		}
 }
 
+template <int T_EXP>
 __global__ void __launch_bounds__(GEMM_THREADS)
 moe_down_gemm(x4k_moe_routes r, int d, int f, const uint8_t *__restrict__ down,
 	      const float *__restrict__ h, float *__restrict__ out)
@@ -234,20 +238,40 @@ extern "C" size_t x4k_moe_experts_workspace_bytes(int n_tok, int k, int d, int f
 	return align256(nr * f * 4) + align256(nr * d * 4);
 }
 
+/* The two products of one call on experts of type T_EXP. */
+template <int T_EXP>
+static int launch(const x4k_moe_routes *r, const float *x, int d, int f, const uint8_t *g8,
+		  const uint8_t *u8, const uint8_t *d8, float *h, float *o, cudaStream_t s, x4_err *e)
+{
+	const unsigned tiles = (unsigned)r->max_tiles;
+	if (r->tile == TT) {
+		moe_gu_gemm<T_EXP><<<dim3(tiles, (f + TN - 1) / TN), GEMM_THREADS, 0, s>>>(*r, x, d, f, g8, u8, h);
+		X4_CUDA_TRY(cudaGetLastError(), "x4k_moe_experts: gate/up launch", e);
+		moe_down_gemm<T_EXP><<<dim3(tiles, (d + TN - 1) / TN), GEMM_THREADS, 0, s>>>(*r, d, f, d8, h, o);
+	} else {
+		moe_gu_gemv<T_EXP><<<dim3(tiles, (f + GEMV_WARPS - 1) / GEMV_WARPS), GEMV_WARPS * 32, 0, s>>>(
+			*r, x, d, f, g8, u8, h);
+		X4_CUDA_TRY(cudaGetLastError(), "x4k_moe_experts: gate/up launch", e);
+		moe_down_gemv<T_EXP><<<dim3(tiles, (d + GEMV_WARPS - 1) / GEMV_WARPS), GEMV_WARPS * 32, 0, s>>>(
+			*r, d, f, d8, h, o);
+	}
+	return x4_cuda_launched("x4k_moe_experts: down launch", e);
+}
+
 extern "C" int x4k_moe_experts(const x4k_moe_routes *r, int type, const float *x, int d, int f,
 			       const void *gate, const void *up, const void *down, void *ws,
 			       size_t ws_bytes, const float **out, cudaStream_t s, x4_err *e)
 {
 	if (!r || !x || !gate || !up || !down || !ws)
 		return x4_err_set(e, X4_EINVAL, "x4k_moe_experts: NULL argument");
-	if (type != X4_T_IQ4_NL)
-		return x4_err_set(e, X4_EINVAL, "x4k_moe_experts: expert weights are %s; this kernel takes IQ4_NL",
-				  x4_type_name(type));
-	int rc = check_matrix("x4k_moe_experts gate", type, gate, f, d, e);
+	if (type != X4_T_IQ4_NL && type != X4_T_Q8_0)
+		return x4_err_set(e, X4_EINVAL, "x4k_moe_experts: expert weights are %s; the experts "
+				  "take IQ4_NL or Q8_0", x4_type_name(type));
+	int rc = check_geometry("x4k_moe_experts gate", type, gate, f, d, e);
 	if (!rc)
-		rc = check_matrix("x4k_moe_experts up", type, up, f, d, e);
+		rc = check_geometry("x4k_moe_experts up", type, up, f, d, e);
 	if (!rc)
-		rc = check_matrix("x4k_moe_experts down", type, down, d, f, e);
+		rc = check_geometry("x4k_moe_experts down", type, down, d, f, e);
 	if (rc)
 		return rc;
 	if (r->tile != TT && (r->tile < 1 || r->tile > SMALL_NV))
@@ -266,19 +290,8 @@ extern "C" int x4k_moe_experts(const x4k_moe_routes *r, int type, const float *x
 		return 0;
 	const uint8_t *g8 = static_cast<const uint8_t *>(gate), *u8 = static_cast<const uint8_t *>(up);
 	const uint8_t *d8 = static_cast<const uint8_t *>(down);
-	const unsigned tiles = (unsigned)r->max_tiles;
-	if (r->tile == TT) {
-		moe_gu_gemm<<<dim3(tiles, (f + TN - 1) / TN), GEMM_THREADS, 0, s>>>(*r, x, d, f, g8, u8, h);
-		X4_CUDA_TRY(cudaGetLastError(), "x4k_moe_experts: gate/up launch", e);
-		moe_down_gemm<<<dim3(tiles, (d + TN - 1) / TN), GEMM_THREADS, 0, s>>>(*r, d, f, d8, h, o);
-	} else {
-		moe_gu_gemv<<<dim3(tiles, (f + GEMV_WARPS - 1) / GEMV_WARPS), GEMV_WARPS * 32, 0, s>>>(
-			*r, x, d, f, g8, u8, h);
-		X4_CUDA_TRY(cudaGetLastError(), "x4k_moe_experts: gate/up launch", e);
-		moe_down_gemv<<<dim3(tiles, (d + GEMV_WARPS - 1) / GEMV_WARPS), GEMV_WARPS * 32, 0, s>>>(
-			*r, d, f, d8, h, o);
-	}
-	return x4_cuda_launched("x4k_moe_experts: down launch", e);
+	return type == X4_T_Q8_0 ? launch<X4_T_Q8_0>(r, x, d, f, g8, u8, d8, h, o, s, e)
+				 : launch<X4_T_IQ4_NL>(r, x, d, f, g8, u8, d8, h, o, s, e);
 }
 
 extern "C" int x4k_moe_reduce(const x4k_moe_routes *r, const float *out, const float *shared, int d,

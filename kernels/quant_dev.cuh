@@ -1,7 +1,9 @@
 /*
  * quant_dev.cuh - device code shared by the quantized products (gemv_quant.cu,
  * gemm_quant.cu) and the grouped MoE experts (moe_experts.cu): block decoding
- * of IQ4_NL, Q6_K and BF16 (docs/gguf.md 3), and the two product cores.
+ * of IQ4_NL, Q6_K, Q8_0 and BF16 in the product cores' lane layouts (the
+ * formats' geometry and codebook are lib/blockfmt.h's; docs/gguf.md 3), and
+ * the two product cores.
  *
  *   gemv core: a warp per weight row, the row streamed through shared memory
  *   in chunks of KC values with 16-byte loads (an 18- or 210-byte block is
@@ -23,21 +25,22 @@
 #include <stdint.h>
 
 #include "x4.h"
+#include "blockfmt.h"
 #include "pdl.cuh"
 
 namespace x4d {
 
 /* ---------------- formats ---------------- */
 
-template <int TYPE> struct fmt;
-template <> struct fmt<X4_T_IQ4_NL> { enum { BE = 32, BB = 18 }; };
-template <> struct fmt<X4_T_Q6_K> { enum { BE = 256, BB = 210 }; };
-template <> struct fmt<X4_T_BF16> { enum { BE = 1, BB = 2 }; };
+/* A type's values and bytes a block, from lib/blockfmt.h's table. */
+template <int TYPE> struct fmt {
+	enum { BE = x4b_block_elems(TYPE), BB = x4b_block_bytes(TYPE) };
+	static_assert(BE > 0, "a block format of lib/blockfmt.h");
+};
 
 __host__ __device__ inline size_t row_bytes(int type, int k)
 {
-	return type == X4_T_IQ4_NL ? (size_t)(k / 32) * 18
-	     : type == X4_T_Q6_K ? (size_t)(k / 256) * 210 : (size_t)k * 2;
+	return (size_t)x4b_row_bytes(type, (uint64_t)k);
 }
 
 __device__ __forceinline__ float f16(uint16_t h) { return __half2float(__ushort_as_half(h)); }
@@ -58,8 +61,8 @@ __device__ __forceinline__ uint32_t nibbles4(uint32_t w, int hi)
  * the code's low 3 bits, a third picks between them by its bit 3. */
 __device__ __forceinline__ uint32_t iq4_lookup4(uint32_t q)
 {
-	const uint32_t t0 = 0xbfad9881u, t1 = 0xf6eaddcfu; /* codes 0..7 */
-	const uint32_t t2 = 0x26190d01u, t3 = 0x71594535u; /* codes 8..15 */
+	const uint32_t t0 = (uint32_t)X4B_IQ4NL_LO, t1 = (uint32_t)(X4B_IQ4NL_LO >> 32); /* codes 0..7 */
+	const uint32_t t2 = (uint32_t)X4B_IQ4NL_HI, t3 = (uint32_t)(X4B_IQ4NL_HI >> 32); /* 8..15 */
 	uint32_t lo = __byte_perm(t0, t1, q), hi = __byte_perm(t2, t3, q);
 	return __byte_perm(lo, hi, 0x3210u | ((q & 0x8888u) >> 1));
 }
@@ -151,6 +154,29 @@ __device__ __forceinline__ void chunk_dot(const uint8_t *p, int kc, const float 
 					s[v] = __fmaf_rn(i8(lo, j), x[v * XS + 4 * i + j], s[v]);
 					s[v] = __fmaf_rn(i8(hi, j), x[v * XS + 16 + 4 * i + j], s[v]);
 				}
+		}
+#pragma unroll
+		for (int v = 0; v < NV; v++)
+			acc[v] = __fmaf_rn(d, s[v], acc[v]);
+	} else if constexpr (TYPE == X4_T_Q8_0) {
+		const int b = lane; /* one 32-value block a lane */
+		if (32 * b >= kc)
+			return;
+		const uint8_t *q = p + 34 * b;
+		const float d = f16(*reinterpret_cast<const uint16_t *>(q));
+		const float *x = xs + 33 * b;
+		float s[NV];
+#pragma unroll
+		for (int v = 0; v < NV; v++)
+			s[v] = 0.f;
+#pragma unroll
+		for (int i = 0; i < 8; i++) {
+			const uint32_t w = ld32_2(q + 2 + 4 * i);
+#pragma unroll
+			for (int j = 0; j < 4; j++)
+#pragma unroll
+				for (int v = 0; v < NV; v++)
+					s[v] = __fmaf_rn(i8(w, j), x[v * XS + 4 * i + j], s[v]);
 		}
 #pragma unroll
 		for (int v = 0; v < NV; v++)
@@ -286,7 +312,9 @@ struct iq4_consts {
 
 __device__ __forceinline__ iq4_consts iq4_consts_of(uint32_t zero)
 {
-	return { 0x3f2d1801u | zero, 0x766a5d4fu | zero, 0xa6998d81u | zero, 0xf1d9c5b5u | zero,
+	constexpr uint64_t B = 0x8080808080808080ull; /* + 128 on every byte */
+	return { (uint32_t)(X4B_IQ4NL_LO ^ B) | zero, (uint32_t)((X4B_IQ4NL_LO ^ B) >> 32) | zero,
+		 (uint32_t)(X4B_IQ4NL_HI ^ B) | zero, (uint32_t)((X4B_IQ4NL_HI ^ B) >> 32) | zero,
 		 0x4b000000u | zero };
 }
 
@@ -432,6 +460,16 @@ __device__ __forceinline__ void dequant_tile(float *ws, const uint8_t *w, int n,
 			for (int j = 0; j < 4; j++)
 				o[4 * i + j] = d * i8(c, j);
 		}
+	} else if constexpr (TYPE == X4_T_Q8_0) {
+		const uint8_t *b = row + (size_t)(k0 / 32) * 34;
+		const float d = f16(*reinterpret_cast<const uint16_t *>(b));
+#pragma unroll
+		for (int i = 0; i < 2; i++) {
+			const uint32_t c = ld32_2(b + 2 + 8 * q + 4 * i);
+#pragma unroll
+			for (int j = 0; j < 4; j++)
+				o[4 * i + j] = d * i8(c, j);
+		}
 	} else if constexpr (TYPE == X4_T_Q6_K) {
 		const uint8_t *b = row + (size_t)(k0 / 256) * 210;
 		const int e0 = k0 % 256 + 8 * q, hh = e0 >> 7, kq = (e0 >> 5) & 3, l0 = e0 & 31;
@@ -511,11 +549,10 @@ __device__ __forceinline__ void gemm_block(uint8_t *smem, const uint8_t *const (
 __device__ __forceinline__ float silu(float g) { return g / (1.f + expf(-g)); }
 
 /* Host: the checks every product entry point makes on a weight matrix. */
-static inline int check_matrix(const char *op, int type, const void *w, int n, int k, x4_err *e)
+/* The geometry every product entry point checks on a weight matrix, for a
+ * type the caller has taken. */
+static inline int check_geometry(const char *op, int type, const void *w, int n, int k, x4_err *e)
 {
-	if (type != X4_T_IQ4_NL && type != X4_T_Q6_K && type != X4_T_BF16)
-		return x4_err_set(e, X4_EINVAL, "%s: weight type %s is not IQ4_NL, Q6_K or BF16",
-				  op, x4_type_name(type));
 	int be = x4_type_block_elems(type);
 	if (n < 0 || k <= 0 || k % be)
 		return x4_err_set(e, X4_EINVAL, "%s: %d x %d %s: columns must be a positive multiple of %d",
@@ -523,6 +560,15 @@ static inline int check_matrix(const char *op, int type, const void *w, int n, i
 	if (!w || ((uintptr_t)w & 1))
 		return x4_err_set(e, X4_EINVAL, "%s: weights %p are NULL or not 2-byte aligned", op, w);
 	return 0;
+}
+
+/* Host: the checks of the products that take IQ4_NL, Q6_K and BF16. */
+static inline int check_matrix(const char *op, int type, const void *w, int n, int k, x4_err *e)
+{
+	if (type != X4_T_IQ4_NL && type != X4_T_Q6_K && type != X4_T_BF16)
+		return x4_err_set(e, X4_EINVAL, "%s: weight type %s is not IQ4_NL, Q6_K or BF16",
+				  op, x4_type_name(type));
+	return check_geometry(op, type, w, n, k, e);
 }
 
 } /* namespace x4d */

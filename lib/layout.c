@@ -4,7 +4,7 @@
  * (docs/gguf.md 4 and 5).  Nothing here knows 3584 or 40: every shape is derived
  * from the config, so the tiny preset exercises the same code as the release.
  */
-#include "x4_int.h"
+#include "trunk_int.h"
 
 #include <math.h>
 
@@ -280,12 +280,78 @@ int x4_config_preset(const char *name, x4_config *c, x4_err *e)
 
 /* ---- the tensor list ---- */
 
+#define TYPE_BIT(t) (1u << (t))
+static const struct {
+	uint32_t types;
+	int released;
+	const char *names;
+} roles[] = {
+	[X4_ROLE_F32] = { TYPE_BIT(X4_T_F32), X4_T_F32, "F32" },
+	[X4_ROLE_BF16] = { TYPE_BIT(X4_T_BF16), X4_T_BF16, "BF16" },
+	[X4_ROLE_FFN] = { TYPE_BIT(X4_T_IQ4_NL), X4_T_IQ4_NL, "IQ4_NL" },
+	/* kernels/moe_experts.cu and the CPU trunk take either */
+	[X4_ROLE_EXPERT] = { TYPE_BIT(X4_T_IQ4_NL) | TYPE_BIT(X4_T_Q8_0), X4_T_IQ4_NL,
+			     "IQ4_NL|Q8_0" },
+	[X4_ROLE_HEAD] = { TYPE_BIT(X4_T_Q6_K), X4_T_Q6_K, "Q6_K" },
+};
+
+uint32_t x4_role_types(int role)
+{
+	return role >= 0 && role < (int)X4_ARRAY_LEN(roles) ? roles[role].types : 0;
+}
+
+const char *x4_role_types_name(int role)
+{
+	return role >= 0 && role < (int)X4_ARRAY_LEN(roles) ? roles[role].names : "?";
+}
+
+/* The parts of a block and the shape symbols of X4_BLOCK_TENSORS (lib/trunk_int.h). */
+enum { PART_ALL, PART_HC, PART_DENSE, PART_MOE, PART_SHEXP };
+enum {
+	DIM_1, DIM_3, DIM_D, DIM_QL, DIM_HQK, DIM_KVR, DIM_KV, DIM_NOPE, DIM_DV, DIM_H, DIM_HDV,
+	DIM_HCD, DIM_NC, DIM_FF, DIM_E, DIM_FE, DIM_FS,
+};
+
+static uint64_t dim(const x4_config *c, int sym)
+{
+	const uint64_t H = (uint64_t)c->n_head;
+	switch (sym) {
+	case DIM_3: return 3;
+	case DIM_D: return (uint64_t)c->n_embd;
+	case DIM_QL: return (uint64_t)c->q_lora;
+	case DIM_HQK: return H * (uint64_t)c->d_qk;
+	case DIM_KVR: return (uint64_t)c->kv_lora + (uint64_t)c->d_rope;
+	case DIM_KV: return (uint64_t)c->kv_lora;
+	case DIM_NOPE: return (uint64_t)c->d_nope;
+	case DIM_DV: return (uint64_t)c->d_v;
+	case DIM_H: return H;
+	case DIM_HDV: return H * (uint64_t)c->d_v;
+	case DIM_HCD: return (uint64_t)c->n_hc * (uint64_t)c->n_embd;
+	case DIM_NC: return (uint64_t)c->n_hc * (2 + (uint64_t)c->n_hc); /* pre | post | comb */
+	case DIM_FF: return (uint64_t)c->n_ff;
+	case DIM_E: return (uint64_t)c->n_expert;
+	case DIM_FE: return (uint64_t)c->n_ff_exp;
+	case DIM_FS: return (uint64_t)c->n_ff_exp * (uint64_t)c->n_expert_shared;
+	default: return 1;
+	}
+}
+
+static const struct block_tensor {
+	const char *name;
+	int part, role, n_dims, ne[3];
+} block_tensors[] = {
+#define X4_ROW_(f, nm, part, role, nd, a, b, c) \
+	{ nm, PART_##part, X4_ROLE_##role, nd, { DIM_##a, DIM_##b, DIM_##c } },
+	X4_BLOCK_TENSORS(X4_ROW_)
+#undef X4_ROW_
+};
+
 struct lay {
 	x4_tensor_spec *t;
 	int n, cap;
 };
 
-static void add(struct lay *l, int block, int type, const char *name, int n_dims, uint64_t ne0,
+static void add(struct lay *l, int block, int role, const char *name, int n_dims, uint64_t ne0,
 		uint64_t ne1, uint64_t ne2)
 {
 	if (l->n >= l->cap)
@@ -296,7 +362,8 @@ static void add(struct lay *l, int block, int type, const char *name, int n_dims
 		snprintf(t->name, sizeof t->name, "blk.%d.%s", block, name);
 	else
 		snprintf(t->name, sizeof t->name, "%s", name);
-	t->type = type;
+	t->type = roles[role].released;
+	t->role = role;
 	t->n_dims = n_dims;
 	t->ne[0] = ne0;
 	t->ne[1] = n_dims > 1 ? ne1 : 1;
@@ -305,47 +372,20 @@ static void add(struct lay *l, int block, int type, const char *name, int n_dims
 	t->block = block;
 }
 
-/* The MLA's 9 tensors (docs/gguf.md 5.3), shared by trunk and NextN blocks. */
-static void add_attention(struct lay *l, const x4_config *c, int b)
+/* Block b's tensors of X4_BLOCK_TENSORS, in its order: a trunk block has
+ * the gate and a dense or an MoE FFN; a NextN block (b >= n_block) is a
+ * plain pre-norm MoE block with no gate. */
+static void add_block(struct lay *l, const x4_config *c, int b)
 {
-	uint64_t D = (uint64_t)c->n_embd, H = (uint64_t)c->n_head;
-	add(l, b, X4_T_F32, "attn_norm.weight", 1, D, 0, 0);
-	add(l, b, X4_T_BF16, "attn_q_a.weight", 2, D, c->q_lora, 0);
-	add(l, b, X4_T_F32, "attn_q_a_norm.weight", 1, c->q_lora, 0, 0);
-	add(l, b, X4_T_BF16, "attn_q_b.weight", 2, c->q_lora, H * c->d_qk, 0);
-	add(l, b, X4_T_BF16, "attn_kv_a_mqa.weight", 2, D, (uint64_t)c->kv_lora + c->d_rope, 0);
-	add(l, b, X4_T_F32, "attn_kv_a_norm.weight", 1, c->kv_lora, 0, 0);
-	add(l, b, X4_T_BF16, "attn_k_b.weight", 3, c->d_nope, c->kv_lora, H);
-	add(l, b, X4_T_BF16, "attn_v_b.weight", 3, c->kv_lora, c->d_v, H);
-	add(l, b, X4_T_BF16, "attn_output.weight", 2, H * c->d_v, D, 0);
-}
-
-static void add_hc(struct lay *l, const x4_config *c, int b, const char *gate)
-{
-	/* 24 = pre n_hc | post n_hc | comb n_hc x n_hc */
-	uint64_t n_coef = (uint64_t)c->n_hc * (2 + (uint64_t)c->n_hc);
-	char name[48];
-	snprintf(name, sizeof name, "hc_%s_fn.weight", gate);
-	add(l, b, X4_T_BF16, name, 2, (uint64_t)c->n_hc * c->n_embd, n_coef, 0);
-	snprintf(name, sizeof name, "hc_%s_base.weight", gate);
-	add(l, b, X4_T_F32, name, 1, n_coef, 0, 0);
-	snprintf(name, sizeof name, "hc_%s_scale.weight", gate);
-	add(l, b, X4_T_F32, name, 1, 3, 0, 0);
-}
-
-static void add_moe(struct lay *l, const x4_config *c, int b)
-{
-	uint64_t D = (uint64_t)c->n_embd, E = (uint64_t)c->n_expert, F = (uint64_t)c->n_ff_exp;
-	uint64_t Fs = F * (uint64_t)c->n_expert_shared;
-	add(l, b, X4_T_F32, "ffn_gate_inp.weight", 2, D, E, 0);
-	add(l, b, X4_T_F32, "exp_probs_b.bias", 1, E, 0, 0);
-	add(l, b, X4_T_IQ4_NL, "ffn_gate_exps.weight", 3, D, F, E);
-	add(l, b, X4_T_IQ4_NL, "ffn_up_exps.weight", 3, D, F, E);
-	add(l, b, X4_T_IQ4_NL, "ffn_down_exps.weight", 3, F, D, E);
-	if (Fs) {
-		add(l, b, X4_T_IQ4_NL, "ffn_gate_shexp.weight", 2, D, Fs, 0);
-		add(l, b, X4_T_IQ4_NL, "ffn_up_shexp.weight", 2, D, Fs, 0);
-		add(l, b, X4_T_IQ4_NL, "ffn_down_shexp.weight", 2, Fs, D, 0);
+	bool nextn = b >= c->n_block, moe = nextn || b >= c->n_dense;
+	for (size_t i = 0; i < X4_ARRAY_LEN(block_tensors); i++) {
+		const struct block_tensor *bt = &block_tensors[i];
+		bool here = bt->part == PART_ALL || (bt->part == PART_HC && !nextn) ||
+			    (bt->part == PART_DENSE && !moe) || (bt->part == PART_MOE && moe) ||
+			    (bt->part == PART_SHEXP && moe && c->n_expert_shared > 0);
+		if (here)
+			add(l, b, bt->role, bt->name, bt->n_dims, dim(c, bt->ne[0]), dim(c, bt->ne[1]),
+			    dim(c, bt->ne[2]));
 	}
 }
 
@@ -356,38 +396,25 @@ int x4_layout(const x4_config *c, x4_tensor_spec **out, int *n, x4_err *e)
 	if (c->n_block < 0 || c->n_block_file < c->n_block || c->n_block_file > 4096)
 		return x4_err_set(e, X4_EINVAL, "block counts %d trunk / %d stored are inconsistent",
 				  c->n_block, c->n_block_file);
-	struct lay l = { .cap = 3 + 32 * c->n_block_file };
+	struct lay l = { .cap = 3 + ((int)X4_ARRAY_LEN(block_tensors) + 6) * c->n_block_file };
 	l.t = x4_calloc((size_t)l.cap, sizeof *l.t, "the tensor layout", e);
 	if (!l.t)
 		return X4_ENOMEM;
 	uint64_t D = (uint64_t)c->n_embd, V = (uint64_t)c->n_vocab;
-	add(&l, -1, X4_T_BF16, "token_embd.weight", 2, D, V, 0);
-	add(&l, -1, X4_T_F32, "output_norm.weight", 1, D, 0, 0);
-	add(&l, -1, X4_T_Q6_K, "output.weight", 2, D, V, 0);
-	for (int b = 0; b < c->n_block; b++) {
-		add_attention(&l, c, b);
-		add_hc(&l, c, b, "attn");
-		add(&l, b, X4_T_F32, "ffn_norm.weight", 1, D, 0, 0);
-		add_hc(&l, c, b, "ffn");
-		if (b < c->n_dense) {
-			add(&l, b, X4_T_IQ4_NL, "ffn_gate.weight", 2, D, c->n_ff, 0);
-			add(&l, b, X4_T_IQ4_NL, "ffn_up.weight", 2, D, c->n_ff, 0);
-			add(&l, b, X4_T_IQ4_NL, "ffn_down.weight", 2, c->n_ff, D, 0);
-		} else {
-			add_moe(&l, c, b);
-		}
-	}
-	/* NextN (MTP) blocks: a plain pre-norm block, no hyper-connection. */
-	for (int b = c->n_block; b < c->n_block_file; b++) {
-		add_attention(&l, c, b);
-		add(&l, b, X4_T_F32, "ffn_norm.weight", 1, D, 0, 0);
-		add_moe(&l, c, b);
-		add(&l, b, X4_T_IQ4_NL, "nextn.eh_proj.weight", 2, 2 * D, D, 0);
-		add(&l, b, X4_T_IQ4_NL, "nextn.embed_tokens.weight", 2, D, V, 0);
-		add(&l, b, X4_T_F32, "nextn.enorm.weight", 1, D, 0, 0);
-		add(&l, b, X4_T_F32, "nextn.hnorm.weight", 1, D, 0, 0);
-		add(&l, b, X4_T_IQ4_NL, "nextn.shared_head_head.weight", 2, D, V, 0);
-		add(&l, b, X4_T_F32, "nextn.shared_head_norm.weight", 1, D, 0, 0);
+	add(&l, -1, X4_ROLE_BF16, "token_embd.weight", 2, D, V, 0);
+	add(&l, -1, X4_ROLE_F32, "output_norm.weight", 1, D, 0, 0);
+	add(&l, -1, X4_ROLE_HEAD, "output.weight", 2, D, V, 0);
+	for (int b = 0; b < c->n_block_file; b++) {
+		add_block(&l, c, b);
+		if (b < c->n_block)
+			continue;
+		/* NextN (MTP): x4 recognises these and never binds them */
+		add(&l, b, X4_ROLE_FFN, "nextn.eh_proj.weight", 2, 2 * D, D, 0);
+		add(&l, b, X4_ROLE_FFN, "nextn.embed_tokens.weight", 2, D, V, 0);
+		add(&l, b, X4_ROLE_F32, "nextn.enorm.weight", 1, D, 0, 0);
+		add(&l, b, X4_ROLE_F32, "nextn.hnorm.weight", 1, D, 0, 0);
+		add(&l, b, X4_ROLE_FFN, "nextn.shared_head_head.weight", 2, D, V, 0);
+		add(&l, b, X4_ROLE_F32, "nextn.shared_head_norm.weight", 1, D, 0, 0);
 	}
 	for (int i = 0; i < l.n; i++) {
 		x4_tensor_spec *t = &l.t[i];

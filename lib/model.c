@@ -207,29 +207,15 @@ int x4_paths_resolve(const char *model, const char *tokdir, x4_paths *p, x4_err 
 
 /* ---- binding ---- */
 
-/* Field offsets of x4_block_w by the name's part after "blk.N.". */
+/* Field offsets of x4_block_w by the name's part after "blk.N." (the one
+ * list, X4_BLOCK_TENSORS). */
 static const struct {
 	const char *suffix;
 	size_t off;
 } block_fields[] = {
-#define F(s, f) { s, offsetof(x4_block_w, f) }
-	F("attn_norm.weight", attn_norm), F("attn_q_a.weight", attn_q_a),
-	F("attn_q_a_norm.weight", attn_q_a_norm), F("attn_q_b.weight", attn_q_b),
-	F("attn_kv_a_mqa.weight", attn_kv_a_mqa), F("attn_kv_a_norm.weight", attn_kv_a_norm),
-	F("attn_k_b.weight", attn_k_b), F("attn_v_b.weight", attn_v_b),
-	F("attn_output.weight", attn_output),
-	F("hc_attn_fn.weight", hc_attn_fn), F("hc_attn_base.weight", hc_attn_base),
-	F("hc_attn_scale.weight", hc_attn_scale),
-	F("hc_ffn_fn.weight", hc_ffn_fn), F("hc_ffn_base.weight", hc_ffn_base),
-	F("hc_ffn_scale.weight", hc_ffn_scale),
-	F("ffn_norm.weight", ffn_norm),
-	F("ffn_gate.weight", ffn_gate), F("ffn_up.weight", ffn_up), F("ffn_down.weight", ffn_down),
-	F("ffn_gate_inp.weight", ffn_gate_inp), F("exp_probs_b.bias", exp_probs_b),
-	F("ffn_gate_exps.weight", ffn_gate_exps), F("ffn_up_exps.weight", ffn_up_exps),
-	F("ffn_down_exps.weight", ffn_down_exps),
-	F("ffn_gate_shexp.weight", ffn_gate_shexp), F("ffn_up_shexp.weight", ffn_up_shexp),
-	F("ffn_down_shexp.weight", ffn_down_shexp),
-#undef F
+#define X4_OFF_(f, name, ...) { name, offsetof(x4_block_w, f) },
+	X4_BLOCK_TENSORS(X4_OFF_)
+#undef X4_OFF_
 };
 
 static void shape_str(char *out, size_t cap, int type, int n_dims, const uint64_t *ne)
@@ -313,6 +299,9 @@ static int bind(x4_model *m, x4_err *e)
 		const x4_gguf_tensor *t = x4_gguf_find_tensor(m->g, s->name);
 		char want[96], got[96];
 		shape_str(want, sizeof want, s->type, s->n_dims, s->ne);
+		if (x4_role_types(s->role) != (1u << s->type)) /* "IQ4_NL or Q8_0 [...]" */
+			snprintf(want, sizeof want, "%s%s", x4_role_types_name(s->role),
+				 strchr(want, ' ') ? strchr(want, ' ') : "");
 		if (!t) {
 			report_add(&r, "%s missing (expected %s)", s->name, want);
 			continue;
@@ -320,7 +309,7 @@ static int bind(x4_model *m, x4_err *e)
 		for (int64_t j = 0; j < nt; j++)
 			if (x4_gguf_tensor_at(m->g, j) == t)
 				used[j] = true;
-		bool same = t->type == s->type;
+		bool same = t->type >= 0 && t->type < 32 && (x4_role_types(s->role) >> t->type & 1);
 		for (int d = 0; d < 4; d++)
 			same = same && t->ne[d] == s->ne[d];
 		if (!same) {
@@ -359,8 +348,18 @@ static int bind(x4_model *m, x4_err *e)
 	}
 	free(used);
 	free(spec);
-	for (int b = 0; b < c->n_block; b++)
-		m->blk[b].moe = b >= c->n_dense;
+	for (int b = 0; b < c->n_block; b++) {
+		x4_block_w *bw = &m->blk[b];
+		bw->moe = b >= c->n_dense;
+		/* one expert call takes the three stacks in one type */
+		if (bw->moe && bw->ffn_gate_exps && bw->ffn_up_exps && bw->ffn_down_exps &&
+		    (bw->ffn_up_exps->type != bw->ffn_gate_exps->type ||
+		     bw->ffn_down_exps->type != bw->ffn_gate_exps->type))
+			report_add(&r, "blk.%d: the expert stacks are %s, %s and %s (gate, up, down); "
+				   "x4 takes them in one type", b, x4_type_name(bw->ffn_gate_exps->type),
+				   x4_type_name(bw->ffn_up_exps->type),
+				   x4_type_name(bw->ffn_down_exps->type));
+	}
 	if (r.n) {
 		char more[40] = "";
 		if (r.n > r.shown)

@@ -6,91 +6,59 @@
  * float32 bits), so every product is formed in the same order ggml forms it.
  */
 #include "x4_int.h"
+#include "blockfmt.h"
 
 #include <math.h>
 #include <pthread.h>
 
-const int8_t x4_iq4nl_values[16] = {
-	-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
-};
+const int8_t x4_iq4nl_values[16] = { X4B_IQ4NL_CODES_LO, X4B_IQ4NL_CODES_HI };
 
-struct x4_type_info {
-	const char *name;
-	int elems, bytes; /* 0 when x4 cannot dequantize the type */
+/* The names of ggml's type ids (gaps are ids ggml retired); the geometry of
+ * those x4 decodes is lib/blockfmt.h's. */
+static const char *const type_names[] = {
+	[0] = "F32",
+	[1] = "F16",
+	[2] = "Q4_0",
+	[3] = "Q4_1",
+	[6] = "Q5_0",
+	[7] = "Q5_1",
+	[8] = "Q8_0",
+	[9] = "Q8_1",
+	[10] = "Q2_K",
+	[11] = "Q3_K",
+	[12] = "Q4_K",
+	[13] = "Q5_K",
+	[14] = "Q6_K",
+	[15] = "Q8_K",
+	[16] = "IQ2_XXS",
+	[17] = "IQ2_XS",
+	[18] = "IQ3_XXS",
+	[19] = "IQ1_S",
+	[20] = "IQ4_NL",
+	[21] = "IQ3_S",
+	[22] = "IQ2_S",
+	[23] = "IQ4_XS",
+	[24] = "I8",
+	[25] = "I16",
+	[26] = "I32",
+	[27] = "I64",
+	[28] = "F64",
+	[29] = "IQ1_M",
+	[30] = "BF16",
+	[39] = "MXFP4",
 };
-
-/* Indexed by ggml type id; gaps are ids ggml retired. */
-static const struct x4_type_info type_info[] = {
-	[0] = { "F32", 1, 4 },
-	[1] = { "F16", 1, 2 },
-	[2] = { "Q4_0", 0, 0 },
-	[3] = { "Q4_1", 0, 0 },
-	[6] = { "Q5_0", 0, 0 },
-	[7] = { "Q5_1", 0, 0 },
-	[8] = { "Q8_0", 32, 34 },
-	[9] = { "Q8_1", 0, 0 },
-	[10] = { "Q2_K", 0, 0 },
-	[11] = { "Q3_K", 0, 0 },
-	[12] = { "Q4_K", 256, 144 },
-	[13] = { "Q5_K", 0, 0 },
-	[14] = { "Q6_K", 256, 210 },
-	[15] = { "Q8_K", 0, 0 },
-	[16] = { "IQ2_XXS", 0, 0 },
-	[17] = { "IQ2_XS", 0, 0 },
-	[18] = { "IQ3_XXS", 0, 0 },
-	[19] = { "IQ1_S", 0, 0 },
-	[20] = { "IQ4_NL", 32, 18 },
-	[21] = { "IQ3_S", 0, 0 },
-	[22] = { "IQ2_S", 0, 0 },
-	[23] = { "IQ4_XS", 0, 0 },
-	[24] = { "I8", 0, 0 },
-	[25] = { "I16", 0, 0 },
-	[26] = { "I32", 0, 0 },
-	[27] = { "I64", 0, 0 },
-	[28] = { "F64", 0, 0 },
-	[29] = { "IQ1_M", 0, 0 },
-	[30] = { "BF16", 1, 2 },
-	[39] = { "MXFP4", 0, 0 },
-};
-
-static const struct x4_type_info *type_get(int type)
-{
-	if (type < 0 || type >= (int)X4_ARRAY_LEN(type_info))
-		return NULL;
-	return type_info[type].name ? &type_info[type] : NULL;
-}
 
 const char *x4_type_name(int type)
 {
-	const struct x4_type_info *t = type_get(type);
-	return t ? t->name : "?";
+	if (type < 0 || type >= (int)X4_ARRAY_LEN(type_names) || !type_names[type])
+		return "?";
+	return type_names[type];
 }
 
-bool x4_type_known(int type)
-{
-	const struct x4_type_info *t = type_get(type);
-	return t && t->elems > 0;
-}
-
-int x4_type_block_elems(int type)
-{
-	const struct x4_type_info *t = type_get(type);
-	return t ? t->elems : 0;
-}
-
-int x4_type_block_bytes(int type)
-{
-	const struct x4_type_info *t = type_get(type);
-	return t ? t->bytes : 0;
-}
-
-uint64_t x4_type_bytes(int type, uint64_t n)
-{
-	int be = x4_type_block_elems(type);
-	if (be == 0 || n % (uint64_t)be)
-		return 0;
-	return n / (uint64_t)be * (uint64_t)x4_type_block_bytes(type);
-}
+bool x4_type_known(int type) { return x4b_block_elems(type) > 0; }
+int x4_type_block_elems(int type) { return x4b_block_elems(type); }
+int x4_type_block_bytes(int type) { return x4b_block_bytes(type); }
+uint64_t x4_type_bytes(int type, uint64_t n) { return x4b_row_bytes(type, n); }
 
 /* ---- scalar conversions ---- */
 
@@ -101,28 +69,7 @@ static uint32_t f32_bits(float f)
 	return u;
 }
 
-static float bits_f32(uint32_t u)
-{
-	float f;
-	memcpy(&f, &u, 4);
-	return f;
-}
-
-float x4_f16_to_f32(uint16_t h)
-{
-	uint32_t sign = (uint32_t)(h & 0x8000) << 16;
-	uint32_t exp = (h >> 10) & 0x1f;
-	uint32_t man = h & 0x3ff;
-
-	if (exp == 0x1f) /* inf, or NaN with its payload kept */
-		return bits_f32(sign | 0x7f800000 | man << 13);
-	if (exp == 0) {
-		/* zero or subnormal: man * 2^-24 is exact in float */
-		float v = (float)man * 0x1p-24f;
-		return sign ? -v : v;
-	}
-	return bits_f32(sign | (exp + 112) << 23 | man << 13);
-}
+float x4_f16_to_f32(uint16_t h) { return x4b_f16(h); }
 
 uint16_t x4_f32_to_f16(float f)
 {
@@ -156,10 +103,7 @@ uint16_t x4_f32_to_f16(float f)
 	return sign | (uint16_t)(r >> 13);
 }
 
-float x4_bf16_to_f32(uint16_t h)
-{
-	return bits_f32((uint32_t)h << 16);
-}
+float x4_bf16_to_f32(uint16_t h) { return x4b_bf16(h); }
 
 uint16_t x4_f32_to_bf16(float f)
 {
@@ -172,80 +116,10 @@ uint16_t x4_f32_to_bf16(float f)
 
 /* ---- dequantization ---- */
 
-static float load_f16(const uint8_t *p)
-{
-	return x4_f16_to_f32((uint16_t)(p[0] | p[1] << 8));
-}
-
 static void store_f16(uint8_t *p, uint16_t h)
 {
 	p[0] = (uint8_t)h;
 	p[1] = (uint8_t)(h >> 8);
-}
-
-static void dequant_q8_0(const uint8_t *b, float *y)
-{
-	float d = load_f16(b);
-	for (int i = 0; i < 32; i++)
-		y[i] = d * (float)(int8_t)b[2 + i];
-}
-
-static void dequant_iq4nl(const uint8_t *b, float *y)
-{
-	float d = load_f16(b);
-	for (int j = 0; j < 16; j++) {
-		y[j] = d * (float)x4_iq4nl_values[b[2 + j] & 15];
-		y[j + 16] = d * (float)x4_iq4nl_values[b[2 + j] >> 4];
-	}
-}
-
-/* Q4_K: d, dmin, 12 bytes holding eight 6-bit scales and eight 6-bit mins,
- * then 128 bytes of nibbles: bytes 32i.. hold sub-block 2i in the low
- * nibbles and sub-block 2i+1 in the high ones. */
-static void q4k_scale_min(const uint8_t *s, int j, int *sc, int *m)
-{
-	if (j < 4) {
-		*sc = s[j] & 63;
-		*m = s[j + 4] & 63;
-	} else {
-		*sc = (s[j + 4] & 15) | (s[j - 4] >> 6) << 4;
-		*m = (s[j + 4] >> 4) | (s[j] >> 6) << 4;
-	}
-}
-
-static void dequant_q4k(const uint8_t *b, float *y)
-{
-	float d = load_f16(b), dmin = load_f16(b + 2);
-	const uint8_t *scales = b + 4, *qs = b + 16;
-
-	for (int j = 0; j < 8; j++) {
-		int sc, m;
-		q4k_scale_min(scales, j, &sc, &m);
-		/* (d*sc)*q - dmin*m, in ggml's order, so the bits match */
-		float d1 = d * (float)sc, m1 = dmin * (float)m;
-		const uint8_t *q = qs + 32 * (j / 2);
-		int shift = 4 * (j & 1);
-		for (int l = 0; l < 32; l++)
-			y[32 * j + l] = d1 * (float)((q[l] >> shift) & 15) - m1;
-	}
-}
-
-/* The 6-bit code (0..63) of element e of a Q6_K block (layout: docs/gguf.md 3.4). */
-static int q6k_code(const uint8_t *b, int e)
-{
-	int h = e / 128, k = (e % 128) / 32, l = e % 32;
-	const uint8_t *ql = b + 64 * h, *qh = b + 128 + 32 * h;
-	int lo = ql[l + 32 * (k & 1)] >> (4 * (k >> 1)) & 15;
-	int hi = qh[l] >> (2 * k) & 3;
-	return lo | hi << 4;
-}
-
-static void dequant_q6k(const uint8_t *b, float *y)
-{
-	float d = load_f16(b + 208);
-	const int8_t *sc = (const int8_t *)(b + 192);
-	for (int e = 0; e < 256; e++)
-		y[e] = d * (float)sc[e / 16] * (float)(q6k_code(b, e) - 32);
 }
 
 static int check_args(const char *what, int type, const void *src,
@@ -270,39 +144,7 @@ int x4_dequant(int type, const void *src, float *dst, uint64_t n, x4_err *e)
 	int rc = check_args("dequant", type, src, dst, n, e);
 	if (rc)
 		return rc;
-	const uint8_t *s = src;
-	uint64_t nb = n / (uint64_t)x4_type_block_elems(type);
-	size_t bb = (size_t)x4_type_block_bytes(type);
-
-	switch (type) {
-	case X4_T_F32:
-		memcpy(dst, src, n * 4);
-		break;
-	case X4_T_F16:
-		for (uint64_t i = 0; i < n; i++)
-			dst[i] = load_f16(s + 2 * i);
-		break;
-	case X4_T_BF16:
-		for (uint64_t i = 0; i < n; i++)
-			dst[i] = x4_bf16_to_f32((uint16_t)(s[2 * i] | s[2 * i + 1] << 8));
-		break;
-	case X4_T_Q8_0:
-		for (uint64_t i = 0; i < nb; i++)
-			dequant_q8_0(s + i * bb, dst + 32 * i);
-		break;
-	case X4_T_IQ4_NL:
-		for (uint64_t i = 0; i < nb; i++)
-			dequant_iq4nl(s + i * bb, dst + 32 * i);
-		break;
-	case X4_T_Q4_K:
-		for (uint64_t i = 0; i < nb; i++)
-			dequant_q4k(s + i * bb, dst + 256 * i);
-		break;
-	case X4_T_Q6_K:
-		for (uint64_t i = 0; i < nb; i++)
-			dequant_q6k(s + i * bb, dst + 256 * i);
-		break;
-	}
+	x4b_decode_row(type, src, dst, n); /* lib/blockfmt.h */
 	return 0;
 }
 

@@ -21,6 +21,8 @@ enum { CHUNK_BYTES = 2 << 20 };
 
 /* RMS of the IQ4_NL codebook: sqrt(mean(K[i]^2)) = sqrt(72768 / 16). */
 #define IQ4_RMS 67.4389f
+/* RMS of a Q8_0 code uniform on -128..127: sqrt(1398144 / 256). */
+#define Q8_RMS 73.9020f
 /* RMS of Q6_K's (q - 32) for q uniform on 0..63: sqrt(21856 / 64). */
 #define Q6_RMS 18.4797f
 /* Q6_K sub-scales are drawn from +-[24, 40]: RMS about 32.3. */
@@ -39,6 +41,7 @@ enum kind {
 	K_BIAS,     /* the router's selection bias */
 	K_IQ4,      /* IQ4_NL codes and scales, std sigma */
 	K_Q6K,      /* Q6_K codes and scales, std sigma */
+	K_Q8,       /* Q8_0 codes and scales, std sigma */
 };
 
 struct plan {
@@ -121,7 +124,7 @@ static void plan_tensor(const x4_config *c, const x4_tensor_spec *t, struct plan
 	memset(p, 0, sizeof *p);
 	p->block = t->block;
 	p->kind = t->type == X4_T_BF16 ? K_BF16 : t->type == X4_T_IQ4_NL ? K_IQ4 :
-		  t->type == X4_T_Q6_K ? K_Q6K : K_F32;
+		  t->type == X4_T_Q6_K ? K_Q6K : t->type == X4_T_Q8_0 ? K_Q8 : K_F32;
 	p->sigma = 1.0f / sqrtf((float)t->ne[0]);
 	if (strcmp(rest, "token_embd.weight") == 0 || strcmp(rest, "nextn.embed_tokens.weight") == 0) {
 		p->sigma = 1.0f; /* embedding rows O(1); the streams start from them */
@@ -154,7 +157,7 @@ static void plan_tensor(const x4_config *c, const x4_tensor_spec *t, struct plan
 static float loud_factor(const struct job *j, const struct plan *p, const x4_tensor_spec *t,
 			 uint64_t row)
 {
-	if (!p->experts || p->kind != K_IQ4)
+	if (!p->experts || (p->kind != K_IQ4 && p->kind != K_Q8))
 		return 1.0f;
 	float f = 1.0f;
 	for (int i = 0; i < j->o->n_loud; i++)
@@ -181,6 +184,20 @@ static void draw_iq4(rng *r, float sigma, uint64_t n_blocks, unsigned char *q)
 		uint64_t a = next(r), c = next(r);
 		memcpy(q + 2, &a, 8);
 		memcpy(q + 10, &c, 8);
+	}
+}
+
+static void draw_q8(rng *r, float sigma, uint64_t n_blocks, unsigned char *q)
+{
+	for (uint64_t b = 0; b < n_blocks; b++, q += 34) {
+		uint64_t x = next(r);
+		/* jitter and sign as draw_iq4's; uniform int8 codes (mean -0.5) */
+		float d = sigma / Q8_RMS * (0.75f + 0.5f * (float)(x >> 40) * (1.0f / 16777216.0f));
+		put_f16(q, (x & 1) ? -d : d);
+		for (int i = 0; i < 32; i += 8) {
+			uint64_t c = next(r);
+			memcpy(q + 2 + i, &c, 8);
+		}
 	}
 }
 
@@ -270,6 +287,9 @@ static int draw_chunk(struct job *j, int ti, uint64_t chunk, unsigned char *buf,
 			break;
 		case K_Q6K:
 			draw_q6k(&r, p->sigma, n / 256, q);
+			break;
+		case K_Q8:
+			draw_q8(&r, p->sigma * loud_factor(j, p, t, row), n / 32, q);
 			break;
 		case K_BF16:
 			for (uint64_t i = 0; i < n; i += 2) {

@@ -5,6 +5,7 @@
  * forward pass in lib/trunk_cpu_tmpl.h.
  */
 #include "trunk_int.h"
+#include "blockfmt.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -145,61 +146,15 @@ void x4_pool_run(x4_pool *p, int64_t n, void (*fn)(void *, int64_t, int), void *
 
 /* ---- weight rows ---- */
 
-static float f16_at(const uint8_t *p) { return x4_f16_to_f32((uint16_t)(p[0] | p[1] << 8)); }
-
-/* The same values as x4_dequant, bit for bit (the same products in the
- * same order; test_trunk checks it on random blocks), without its
- * per-element indexing: at one call per row it was 88% of a tiny-preset
- * decode step. */
+/* A weight row to float: lib/blockfmt.h's decode (x4_dequant's values, bit
+ * for bit), compiled here with the vectorizer on: one call a weight row is
+ * the CPU trunk's inner loop. */
 #if defined(__GNUC__) && !defined(__clang__)
 __attribute__((optimize("tree-vectorize")))
 #endif
 void x4_cpu_dequant_row(int type, const void *src, float *y, uint64_t n)
 {
-	const uint8_t *b = src;
-	if (type == X4_T_IQ4_NL) {
-		float k[16];
-		for (int i = 0; i < 16; i++)
-			k[i] = (float)x4_iq4nl_values[i];
-		for (uint64_t blk = 0; blk < n / 32; blk++, b += 18, y += 32) {
-			float d = f16_at(b);
-			for (int j = 0; j < 16; j++) {
-				y[j] = d * k[b[2 + j] & 15];
-				y[j + 16] = d * k[b[2 + j] >> 4];
-			}
-		}
-	} else if (type == X4_T_Q6_K) {
-		for (uint64_t blk = 0; blk < n / 256; blk++, b += 210, y += 256) {
-			float d = f16_at(b + 208);
-			const int8_t *sc = (const int8_t *)(b + 192);
-			int8_t q[256]; /* codes - 32, in element order */
-			for (int h = 0; h < 2; h++) {
-				const uint8_t *ql = b + 64 * h, *qh = b + 128 + 32 * h;
-				int8_t *o = q + 128 * h;
-				for (int l = 0; l < 32; l++) {
-					o[l] = (int8_t)(((ql[l] & 15) | (qh[l] & 3) << 4) - 32);
-					o[l + 32] = (int8_t)(((ql[l + 32] & 15) | (qh[l] >> 2 & 3) << 4) - 32);
-					o[l + 64] = (int8_t)(((ql[l] >> 4) | (qh[l] >> 4 & 3) << 4) - 32);
-					o[l + 96] = (int8_t)(((ql[l + 32] >> 4) | (qh[l] >> 6 & 3) << 4) - 32);
-				}
-			}
-			/* (d * sc) * code, x4_dequant's order; sixteen elements share
-			 * a scale. */
-			for (int g = 0; g < 16; g++) {
-				float ds = d * (float)sc[g];
-				for (int j = 0; j < 16; j++)
-					y[16 * g + j] = ds * (float)q[16 * g + j];
-			}
-		}
-	} else if (type == X4_T_BF16) {
-		const uint16_t *h = src;
-		for (uint64_t i = 0; i < n; i++) {
-			uint32_t u = (uint32_t)h[i] << 16;
-			memcpy(&y[i], &u, 4);
-		}
-	} else {
-		x4_dequant(type, src, y, n, NULL);
-	}
+	x4b_decode_row(type, src, y, n);
 }
 
 /* ---- YaRN ---- */

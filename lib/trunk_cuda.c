@@ -5,7 +5,7 @@
  * do not fit, create/free/reset.  The forward pass is lib/trunk_cuda_fwd.c.
  *
  * The weights are the GGUF bytes as mapped, one allocation for all of them:
- * the kernels read IQ4_NL, Q6_K and BF16 blocks in place and index the
+ * the kernels read IQ4_NL, Q6_K, Q8_0 (experts) and BF16 blocks in place and index the
  * expert tensors [E][rows][k] as stored, so nothing is repacked.
  */
 #include "trunk_cuda.h"
@@ -112,7 +112,7 @@ static void place_all(x4_trunk_cuda *t, struct placer *p)
 	for (int b = 0; b < t->c->n_block; b++) {
 		const x4_block_w *hw = &m->blk[b];
 		x4_block_dev *d = &t->blk[b];
-#define X4_PLACE_(f) d->f = place(p, hw->f);
+#define X4_PLACE_(f, ...) d->f = place(p, hw->f);
 		X4_BLOCK_TENSORS(X4_PLACE_)
 #undef X4_PLACE_
 	}

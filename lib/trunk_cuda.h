@@ -13,21 +13,11 @@
 #include "cuda_check.h"
 #include "x4_kern.h"
 
-/* Every field of x4_block_w that is a tensor, once, so that binding and
- * uploading walk the same list. */
-#define X4_BLOCK_TENSORS(X)                                                            \
-	X(attn_norm) X(attn_q_a) X(attn_q_a_norm) X(attn_q_b) X(attn_kv_a_mqa)         \
-	X(attn_kv_a_norm) X(attn_k_b) X(attn_v_b) X(attn_output) X(hc_attn_fn)         \
-	X(hc_attn_base) X(hc_attn_scale) X(hc_ffn_fn) X(hc_ffn_base) X(hc_ffn_scale)   \
-	X(ffn_norm) X(ffn_gate) X(ffn_up) X(ffn_down) X(ffn_gate_inp) X(exp_probs_b)   \
-	X(ffn_gate_exps) X(ffn_up_exps) X(ffn_down_exps) X(ffn_gate_shexp)             \
-	X(ffn_up_shexp) X(ffn_down_shexp)
-
 /* A block's tensors on the device: the GGUF bytes as mapped (the kernels
  * index IQ4_NL/Q6_K/BF16 blocks and the expert tensors [E][rows][k] as
  * stored), NULL where the host binding is NULL. */
 typedef struct x4_block_dev {
-#define X4_FIELD_(f) const void *f;
+#define X4_FIELD_(f, ...) const void *f;
 	X4_BLOCK_TENSORS(X4_FIELD_)
 #undef X4_FIELD_
 } x4_block_dev;

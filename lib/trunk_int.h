@@ -8,21 +8,54 @@
 
 #include "x4_int.h"
 
-/* One trunk block's tensors, bound by name (x4_layout's names) and checked
- * for type and shape at open.  The FFN half is dense (ffn_gate/up/down) for
- * blocks below n_dense and MoE otherwise; the unused half is NULL, as are
- * the *_shexp when expert_shared_count is 0. */
+/* A block's tensors, once (docs/gguf.md 5.3-5.5): the x4_block_w field,
+ * the name after "blk.N.", the part of the block that holds it (ALL: trunk
+ * and NextN blocks; HC: trunk blocks; DENSE: blocks below n_dense; MOE:
+ * the MoE blocks, NextN included; SHEXP: those, when expert_shared_count >
+ * 0), its role (enum x4_role: the released type and the types taken
+ * instead) and its shape in ggml order from the configuration (lib/layout.c
+ * resolves the symbols: D n_embd, QL q_lora, HQK n_head * d_qk, KVR kv_lora
+ * + d_rope, KV kv_lora, NOPE d_nope, DV d_v, H n_head, HDV n_head * d_v,
+ * HCD n_hc * n_embd, NC n_hc * (2 + n_hc), FF n_ff, E n_expert, FE
+ * n_ff_exp, FS n_ff_exp * expert_shared_count, 3 and 1 themselves).  In
+ * file order.  x4_layout, the binding (lib/model.c), x4_block_w, the
+ * device copy x4_block_dev and its upload (lib/trunk_cuda.c) come from it. */
+#define X4_BLOCK_TENSORS(X)                                                             \
+	X(attn_norm, "attn_norm.weight", ALL, F32, 1, D, 1, 1)                          \
+	X(attn_q_a, "attn_q_a.weight", ALL, BF16, 2, D, QL, 1)                          \
+	X(attn_q_a_norm, "attn_q_a_norm.weight", ALL, F32, 1, QL, 1, 1)                 \
+	X(attn_q_b, "attn_q_b.weight", ALL, BF16, 2, QL, HQK, 1)                        \
+	X(attn_kv_a_mqa, "attn_kv_a_mqa.weight", ALL, BF16, 2, D, KVR, 1)               \
+	X(attn_kv_a_norm, "attn_kv_a_norm.weight", ALL, F32, 1, KV, 1, 1)               \
+	X(attn_k_b, "attn_k_b.weight", ALL, BF16, 3, NOPE, KV, H)                       \
+	X(attn_v_b, "attn_v_b.weight", ALL, BF16, 3, KV, DV, H)                         \
+	X(attn_output, "attn_output.weight", ALL, BF16, 2, HDV, D, 1)                   \
+	X(hc_attn_fn, "hc_attn_fn.weight", HC, BF16, 2, HCD, NC, 1)                     \
+	X(hc_attn_base, "hc_attn_base.weight", HC, F32, 1, NC, 1, 1)                    \
+	X(hc_attn_scale, "hc_attn_scale.weight", HC, F32, 1, 3, 1, 1)                   \
+	X(ffn_norm, "ffn_norm.weight", ALL, F32, 1, D, 1, 1)                            \
+	X(hc_ffn_fn, "hc_ffn_fn.weight", HC, BF16, 2, HCD, NC, 1)                       \
+	X(hc_ffn_base, "hc_ffn_base.weight", HC, F32, 1, NC, 1, 1)                      \
+	X(hc_ffn_scale, "hc_ffn_scale.weight", HC, F32, 1, 3, 1, 1)                     \
+	X(ffn_gate, "ffn_gate.weight", DENSE, FFN, 2, D, FF, 1)                         \
+	X(ffn_up, "ffn_up.weight", DENSE, FFN, 2, D, FF, 1)                             \
+	X(ffn_down, "ffn_down.weight", DENSE, FFN, 2, FF, D, 1)                         \
+	X(ffn_gate_inp, "ffn_gate_inp.weight", MOE, F32, 2, D, E, 1)                    \
+	X(exp_probs_b, "exp_probs_b.bias", MOE, F32, 1, E, 1, 1)                        \
+	X(ffn_gate_exps, "ffn_gate_exps.weight", MOE, EXPERT, 3, D, FE, E)              \
+	X(ffn_up_exps, "ffn_up_exps.weight", MOE, EXPERT, 3, D, FE, E)                  \
+	X(ffn_down_exps, "ffn_down_exps.weight", MOE, EXPERT, 3, FE, D, E)              \
+	X(ffn_gate_shexp, "ffn_gate_shexp.weight", SHEXP, FFN, 2, D, FS, 1)             \
+	X(ffn_up_shexp, "ffn_up_shexp.weight", SHEXP, FFN, 2, D, FS, 1)                 \
+	X(ffn_down_shexp, "ffn_down_shexp.weight", SHEXP, FFN, 2, FS, D, 1)
+
+/* One trunk block's tensors, bound by name and checked for type and shape
+ * at open; the half a block does not have (dense or MoE, the shared
+ * expert, the gate of a NextN block) is NULL. */
 typedef struct x4_block_w {
-	const x4_gguf_tensor *attn_norm, *attn_q_a, *attn_q_a_norm, *attn_q_b;
-	const x4_gguf_tensor *attn_kv_a_mqa, *attn_kv_a_norm, *attn_k_b, *attn_v_b;
-	const x4_gguf_tensor *attn_output;
-	const x4_gguf_tensor *hc_attn_fn, *hc_attn_base, *hc_attn_scale;
-	const x4_gguf_tensor *hc_ffn_fn, *hc_ffn_base, *hc_ffn_scale;
-	const x4_gguf_tensor *ffn_norm;
-	const x4_gguf_tensor *ffn_gate, *ffn_up, *ffn_down;
-	const x4_gguf_tensor *ffn_gate_inp, *exp_probs_b;
-	const x4_gguf_tensor *ffn_gate_exps, *ffn_up_exps, *ffn_down_exps;
-	const x4_gguf_tensor *ffn_gate_shexp, *ffn_up_shexp, *ffn_down_shexp;
+#define X4_FIELD_(f, ...) const x4_gguf_tensor *f;
+	X4_BLOCK_TENSORS(X4_FIELD_)
+#undef X4_FIELD_
 	bool moe;
 } x4_block_w;
 
@@ -99,8 +132,8 @@ void x4_hc_update_f64(int n_hc, int D, const double *post, const double *comb,
 void x4_hc_update_f32(int n_hc, int D, const float *post, const float *comb,
 		      const float *H, const float *y, float *out);
 
-/* One weight row to float: x4_dequant's values, faster for the trunk's
- * types (IQ4_NL, Q6_K, BF16). */
+/* One weight row to float: x4_dequant's values (lib/blockfmt.h's decode),
+ * vectorized for the CPU trunk's inner loop. */
 void x4_cpu_dequant_row(int type, const void *src, float *dst, uint64_t n);
 
 /* A persistent thread pool: run(fn, n) calls fn(arg, i, worker) for every

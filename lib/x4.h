@@ -260,10 +260,25 @@ int x4_config_read(const x4_gguf *g, x4_config *c, x4_err *e);
  * dimensions).  Fills every field, derived ones included. */
 int x4_config_preset(const char *name, x4_config *c, x4_err *e);
 
+/* What a tensor is for, and so the block formats x4's kernels take for it
+ * (x4_role_types).  The released file holds each role's first type. */
+enum x4_role {
+	X4_ROLE_F32 = 0,    /* norm gains, the router, its bias, the gate's constants: F32 */
+	X4_ROLE_BF16 = 1,   /* the embedding, attention and gate projections: BF16 */
+	X4_ROLE_FFN = 2,    /* the dense FFN and the shared expert: IQ4_NL */
+	X4_ROLE_EXPERT = 3, /* the routed experts: IQ4_NL, or Q8_0 */
+	X4_ROLE_HEAD = 4,   /* the output head: Q6_K */
+};
+/* The types a role takes, a bit (1u << type) each. */
+uint32_t x4_role_types(int role);
+/* "IQ4_NL|Q8_0": the types of a role, for messages and tables. */
+const char *x4_role_types_name(int role);
+
 /* One tensor of the released layout. */
 typedef struct x4_tensor_spec {
 	char name[64];
-	int type;       /* enum x4_type */
+	int type;       /* enum x4_type: the released file's */
+	int role;       /* enum x4_role: the types a checkpoint may hold instead */
 	int n_dims;
 	uint64_t ne[4];
 	int block;      /* -1 for a global tensor */

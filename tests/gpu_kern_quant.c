@@ -64,9 +64,10 @@ static void fill_weights(int type, uint8_t *w, size_t rows, int k)
 			uint64_t r = rnd();
 			memcpy(p + i, &r, (size_t)X4_MIN(8, bb - i));
 		}
-		float d = type == X4_T_IQ4_NL ? unif(0.2e-3f, 1e-3f) : unif(0.5e-4f, 2e-4f);
+		bool lead = type == X4_T_IQ4_NL || type == X4_T_Q8_0; /* the scale leads the block */
+		float d = lead ? unif(0.2e-3f, 1e-3f) : unif(0.5e-4f, 2e-4f);
 		uint16_t h = x4_f32_to_f16(rnd() & 1 ? d : -d);
-		int at = type == X4_T_IQ4_NL ? 0 : 208;
+		int at = lead ? 0 : 208;
 		p[at] = (uint8_t)h;
 		p[at + 1] = (uint8_t)(h >> 8);
 	}
@@ -456,22 +457,22 @@ static void test_swiglu(void)
 
 /* Expert weights: gate, up [n_expert][f][d], down [n_expert][d][f]. */
 struct moe_w {
-	int d, f, n_expert;
+	int type, d, f, n_expert;
 	size_t gb, db; /* bytes of gate (= up) and of down */
 	uint8_t *g, *u, *dn;
 	void *dg, *du, *ddn;
 };
 
-static void moe_w_make(struct moe_w *m, int d, int f, int n_expert, uint64_t seed)
+static void moe_w_make(struct moe_w *m, int type, int d, int f, int n_expert, uint64_t seed)
 {
-	m->d = d, m->f = f, m->n_expert = n_expert;
-	m->gb = x4_type_bytes(X4_T_IQ4_NL, (uint64_t)n_expert * f * d);
+	m->type = type, m->d = d, m->f = f, m->n_expert = n_expert;
+	m->gb = x4_type_bytes(type, (uint64_t)n_expert * f * d);
 	m->db = m->gb;
 	m->g = xmalloc(m->gb), m->u = xmalloc(m->gb), m->dn = xmalloc(m->db);
 	rng_s = seed;
-	fill_weights(X4_T_IQ4_NL, m->g, (size_t)n_expert * f, d);
-	fill_weights(X4_T_IQ4_NL, m->u, (size_t)n_expert * f, d);
-	fill_weights(X4_T_IQ4_NL, m->dn, (size_t)n_expert * d, f);
+	fill_weights(type, m->g, (size_t)n_expert * f, d);
+	fill_weights(type, m->u, (size_t)n_expert * f, d);
+	fill_weights(type, m->dn, (size_t)n_expert * d, f);
 	m->dg = dup_dev(m->g, m->gb), m->du = dup_dev(m->u, m->gb), m->ddn = dup_dev(m->dn, m->db);
 }
 
@@ -565,7 +566,7 @@ static int moe_forward(struct moe_run *m, const struct moe_w *w, bool table)
 	const float *out;
 	if (table && x4k_moe_route_table(&m->r, st, &err))
 		return -1;
-	if (x4k_moe_experts(&m->r, X4_T_IQ4_NL, m->dx, w->d, w->f, w->dg, w->du, w->ddn, m->ews,
+	if (x4k_moe_experts(&m->r, w->type, m->dx, w->d, w->f, w->dg, w->du, w->ddn, m->ews,
 			    m->ews_bytes, &out, st, &err) ||
 	    x4k_moe_reduce(&m->r, out, m->dshared, w->d, m->dy, st, &err))
 		return -1;
@@ -581,9 +582,10 @@ static void test_experts(const char *label, const struct moe_w *w, int n_tok, in
 	int d = w->d, E = w->n_expert;
 	size_t nr = (size_t)n_tok * k;
 	char cas[200], name[96];
-	snprintf(cas, sizeof cas, "op moe_experts type IQ4_NL d %d f %d experts %d k %d tokens %d tile %d "
-		 "seed %llu", d, w->f, E, k, n_tok, tile, (unsigned long long)seed);
-	snprintf(name, sizeof name, "moe experts %s tile %d", label, tile);
+	snprintf(cas, sizeof cas, "op moe_experts type %s d %d f %d experts %d k %d tokens %d tile %d "
+		 "seed %llu", x4_type_name(w->type), d, w->f, E, k, n_tok, tile,
+		 (unsigned long long)seed);
+	snprintf(name, sizeof name, "moe experts %s %s tile %d", x4_type_name(w->type), label, tile);
 	rng_s = seed;
 	float *x = xmalloc((size_t)n_tok * d * 4), *sh = xmalloc((size_t)n_tok * d * 4);
 	int32_t *sel = xmalloc(nr * 4);
@@ -609,7 +611,7 @@ static void test_experts(const char *label, const struct moe_w *w, int n_tok, in
 	}
 	check_table(cas, &m.r, sel);
 	down(y1, m.dy, (size_t)n_tok * d * 4);
-	if (x4r_moe_experts(X4_T_IQ4_NL, n_tok, d, w->f, E, k, x, w->g, w->u, w->dn, sel, wts, sh, ref,
+	if (x4r_moe_experts(w->type, n_tok, d, w->f, E, k, x, w->g, w->u, w->dn, sel, wts, sh, ref,
 			    mag, &err)) {
 		T_OK(0, name, "%s: reference: %s", cas, err.msg);
 		goto out;
@@ -617,7 +619,8 @@ static void test_experts(const char *label, const struct moe_w *w, int n_tok, in
 	compare(name, cas, y1, ref, mag, (size_t)n_tok * d);
 
 	/* the same bits on a second run */
-	snprintf(name, sizeof name, "moe experts %s tile %d bit-identical rerun", label, tile);
+	snprintf(name, sizeof name, "moe experts %s %s tile %d bit-identical rerun",
+		 x4_type_name(w->type), label, tile);
 	int rc = moe_forward(&m, w, true);
 	if (!rc)
 		down(y2, m.dy, (size_t)n_tok * d * 4);
@@ -635,7 +638,8 @@ static void test_experts(const char *label, const struct moe_w *w, int n_tok, in
 			route[i] = route[j];
 			route[j] = tmp;
 		}
-	snprintf(name, sizeof name, "moe experts %s tile %d bit-identical permuted table", label, tile);
+	snprintf(name, sizeof name, "moe experts %s %s tile %d bit-identical permuted table",
+		 x4_type_name(w->type), label, tile);
 	rc = x4_dev_upload(m.r.route, route, nr * 4, "route", &err);
 	if (!rc)
 		rc = moe_forward(&m, w, false);
@@ -829,7 +833,7 @@ static void test_moe(void)
 	test_router(5, 96, 7, 3, 55, 0);
 
 	struct moe_w tiny;
-	moe_w_make(&tiny, 96, 160, 6, 61);
+	moe_w_make(&tiny, X4_T_IQ4_NL, 96, 160, 6, 61);
 	test_experts("tiny", &tiny, 3, 2, 4, -1, 62);
 	test_experts("tiny", &tiny, 3, 2, 64, -1, 63);
 	test_experts("tiny", &tiny, 70, 3, 64, 2, 64); /* expert 2: 70 routes, two tiles */
@@ -837,15 +841,26 @@ static void test_moe(void)
 	moe_w_free(&tiny);
 
 	struct moe_w small; /* one token on the register core: 2 and 3 groups a row */
-	moe_w_make(&small, 512, 768, 6, 66);
+	moe_w_make(&small, X4_T_IQ4_NL, 512, 768, 6, 66);
 	test_experts("small decode", &small, 1, 3, 4, -1, 67);
 	moe_w_free(&small);
 
-	moe_w_make(&full_w, 3584, 1024, 64, 71);
+	moe_w_make(&full_w, X4_T_IQ4_NL, 3584, 1024, 64, 71);
 	test_experts("model decode", &full_w, 1, 4, 4, -1, 72);
 	test_experts("model decode", &full_w, 2, 4, 4, 7, 73); /* a tile of 2 routes */
 	test_experts("model prefill", &full_w, 70, 4, 64, 9, 74);
 	test_experts("model prefill", &full_w, 70, 4, 4, 9, 75);
+
+	/* the second expert format, Q8_0, through the same kernels */
+	struct moe_w q8;
+	moe_w_make(&q8, X4_T_Q8_0, 96, 160, 6, 76);
+	test_experts("tiny", &q8, 3, 2, 4, -1, 77);
+	test_experts("tiny", &q8, 70, 3, 64, 2, 78);
+	moe_w_free(&q8);
+	moe_w_make(&q8, X4_T_Q8_0, 3584, 1024, 64, 79);
+	test_experts("model decode", &q8, 1, 4, 4, -1, 80);
+	test_experts("model prefill", &q8, 70, 4, 64, 9, 81);
+	moe_w_free(&q8);
 }
 
 /* decode: 16 route sets on disjoint experts, so the 396 MB of experts

@@ -301,6 +301,9 @@ EOF
 t0=$SECONDS
 synth tiny --preset tiny --seed 1 && model_checks tiny "$tmp/tiny" "$long"
 synth loud --preset tiny --seed 1 --loud 2:0:60 && walk_checks loud "$tmp/loud"
+# The second expert format: the routed experts as Q8_0 (kernels/moe_experts.cu's
+# other instantiation), against the CPU trunks as above.
+synth q8_0 --preset tiny --seed 1 --expert-type q8_0 && model_checks q8_0 "$tmp/q8_0" "$long"
 [ -d "$tmp/tiny" ] && walk_checks tiny "$tmp/tiny"
 # The loud story itself, on the GPU: fp16 leaves its range at the loud block.
 if [ -s "$tmp/loud.walk.gpu" ]; then

@@ -5,7 +5,8 @@ Checks (one PASS/FAIL line each):
   absorbed            the reference's absorbed and expanded MLA forms agree to 1e-12
   x4 <model> relerr   every logits row of `x4-run --dump-logits` is within 1e-4 (relative L2)
   x4 <model> argmax   every row has the reference's argmax (near-ties reported, not failed)
-on the tiny preset, and on a `x4-synth --loud` checkpoint (fp32 residuals must survive the loud
+on the tiny preset, on it with its routed experts written as Q8_0 (`x4-synth --expert-type
+q8_0`), and on a `x4-synth --loud` checkpoint (fp32 residuals must survive the loud
 expert).  Until the tiny preset and x4-run exist, the first two run on a small random file and
 the x4 checks print SKIP.
 """
@@ -175,6 +176,18 @@ def main():
         if not os.access(X4SYNTH, os.X_OK):
             print("SKIP x4 loud: bin/x4-synth is not built")
             return
+        # The second expert format: the routed experts as Q8_0 blocks, against the same
+        # independent reference (gguf's dequantizer, checked against docs/gguf.md 3's formula).
+        q8 = os.path.join(tmp, "q8_0")
+        p = subprocess.run([X4SYNTH, "--preset", "tiny", "--seed", "1", "--expert-type", "q8_0",
+                            "-o", q8], stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=600)
+        ggufs = [f for f in os.listdir(q8) if f.endswith(".gguf")] if os.path.isdir(q8) else []
+        if p.returncode != 0 or len(ggufs) != 1:
+            report(False, "x4 q8_0 synth", f"x4-synth --expert-type q8_0 exited {p.returncode}: "
+                   f"{p.stderr.decode()[-300:]}")
+        else:
+            check_dequant(os.path.join(q8, ggufs[0]))
+            compare("q8_0 experts", q8, os.path.join(q8, ggufs[0]), ids, tmp, "exact")
         loud = os.path.join(tmp, "loud")
         p = subprocess.run([X4SYNTH, "--preset", "tiny", "--seed", "1", "--loud", "2:0:8", "-o", loud],
                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=600)

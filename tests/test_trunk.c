@@ -32,7 +32,7 @@ static void test_yarn(void)
 		double rel = fabs(w[chk[k].i] - chk[k].want) / chk[k].want;
 		T_OK(rel < 1e-5, name, "omega_%d = %.8g, spec %.8g", chk[k].i, w[chk[k].i], chk[k].want);
 	}
-	T_OK(fabs(c.kq_scale - 0.14467963) < 1e-7, "kq_scale", "kq_scale %.9f, spec 0.14467963",
+	T_OK(fabs(c.kq_scale - 0.14467963) < 1e-7, "kq_scale", "kq_scale %.9f, want 0.14467963",
 	     c.kq_scale);
 }
 

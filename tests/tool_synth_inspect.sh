@@ -81,11 +81,31 @@ run synth_loud $SYNTH --preset tiny --loud 2:0:50 -o "$T/l"
 [ $rc -eq 0 ] && $INSPECT "$T/l/xing4_0-tiny.gguf" | grep -q $'^x4.synth.loud\tstring\t1\t2:0:50$'
 ok synth_loud $? "exit $rc: $(head -c 300 "$T/synth_loud.err")"
 
+# -- the second expert format: --expert-type q8_0 written, inspected, checked, run --
+run synth_q8 $SYNTH --preset tiny --expert-type q8_0 -o "$T/q8"
+ok synth_q8_exit $rc "exit $rc: $(head -c 300 "$T/synth_q8.err")"
+run inspect_q8 $INSPECT "$T/q8/xing4_0-tiny.gguf"
+n_q8=$(grep -c $'_exps.weight\tQ8_0\t' "$T/inspect_q8.out")
+n_iq4=$(grep -c $'_exps.weight\tIQ4_NL\t' "$T/inspect_q8.out")
+[ $rc -eq 0 ] && [ "$n_q8" -gt 0 ] && [ "$n_iq4" -eq 0 ] &&
+	grep -q $'^general.file_type\tu32\t1\t7$' "$T/inspect_q8.out" &&
+	grep -q $'blk.0.ffn_gate.weight\tIQ4_NL\t' "$T/inspect_q8.out"
+ok inspect_q8_expert_types $? "exit $rc; $n_q8 Q8_0 and $n_iq4 IQ4_NL expert stacks"
+run check_q8 $INSPECT --check "$T/q8/xing4_0-tiny.gguf"
+[ $rc -eq 0 ] && grep -q '^check: ok, 113 tensors$' "$T/check_q8.out"
+ok check_q8_accepts $? "exit $rc: $(head -c 300 "$T/check_q8.out")"
+run run_q8 bin/x4-run -m "$T/q8" -p "Once upon a time" -n 4 --ignore-eos --json
+[ $rc -eq 0 ] && grep -q '"generated_tokens":4,' "$T/run_q8.out"
+ok run_q8_cpu $? "exit $rc: $(head -c 300 "$T/run_q8.err")"
+run synth_badtype $SYNTH --preset tiny --expert-type q4_k -o "$T/bad"
+[ $rc -eq 2 ] && grep -q "use iq4_nl or q8_0" "$T/synth_badtype.err" && [ ! -e "$T/bad/xing4_0-tiny.gguf" ]
+ok synth_bad_expert_type $? "exit $rc: $(head -c 300 "$T/synth_badtype.err")"
+
 # -- --check names a removed tensor --
 run drop $DROP "$GG" "$T/drop.gguf" blk.3.ffn_up_exps.weight
 ok drop_helper $rc "exit $rc: $(head -c 300 "$T/drop.err")"
 run check_drop $INSPECT --check "$T/drop.gguf"
-[ $rc -eq 1 ] && grep -q $'^missing\tblk.3.ffn_up_exps.weight\tIQ4_NL\t256x128x16' "$T/check_drop.out"
+[ $rc -eq 1 ] && grep -q $'^missing\tblk.3.ffn_up_exps.weight\tIQ4_NL|Q8_0\t256x128x16' "$T/check_drop.out"
 ok check_names_missing_tensor $? "exit $rc: $(head -c 300 "$T/check_drop.out")"
 run inspect_drop $INSPECT "$T/drop.gguf"
 [ $rc -eq 0 ] && grep -q $'^total\t112\t' "$T/inspect_drop.out"

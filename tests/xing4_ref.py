@@ -341,7 +341,16 @@ def spec_bf16(raw):
     return h.view(np.float32).astype(np.float64)
 
 
-SPEC_DECODERS = {QT.IQ4_NL: spec_iq4_nl, QT.Q6_K: spec_q6_k, QT.BF16: spec_bf16}
+def spec_q8_0(raw):
+    """raw: uint8 [..., nb*34] -> float64 [..., nb*32]: fp16 d, then 32 int8 codes."""
+    b = raw.reshape(-1, 34)
+    d = b[:, :2].copy().view(np.float16).astype(np.float64)  # [n, 1]
+    q = b[:, 2:].copy().view(np.int8).astype(np.float64)
+    return (q * d).reshape(*raw.shape[:-1], -1)
+
+
+SPEC_DECODERS = {QT.IQ4_NL: spec_iq4_nl, QT.Q6_K: spec_q6_k, QT.BF16: spec_bf16,
+                 QT.Q8_0: spec_q8_0}
 
 
 # -- a small random xing4_0 file, for development when no tiny preset exists ------------------

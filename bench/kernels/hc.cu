@@ -1,6 +1,6 @@
 /*
  * hc.cu - the kernel lab for the hyper-connection gate (x4k_hc_pre, fused
- * path, spec 6.3) at the decode step's shape: one token, 4 streams of
+ * path, docs/forward.md 5.1) at the decode step's shape: one token, 4 streams of
  * 3584, 24 coefficient rows, with the previous sublayer's update fused in
  * front (as the step runs it) and without.  The 7-block split of 317feb9
  * (old/hc_317.cuh) against the library's 112-block split (and the split

@@ -5,7 +5,7 @@
 /*
  * quant_dev.cuh - device code shared by the quantized products (gemv_quant.cu,
  * gemm_quant.cu) and the grouped MoE experts (moe_experts.cu): block decoding
- * of IQ4_NL, Q6_K and BF16 (spec 6.1), and the two product cores.
+ * of IQ4_NL, Q6_K and BF16 (docs/gguf.md 3), and the two product cores.
  *
  *   gemv core: a warp per weight row, the row streamed through shared memory
  *   in chunks of KC values with 16-byte loads (an 18- or 210-byte block is
