@@ -226,14 +226,6 @@ __global__ void moe_reduce_kernel(x4k_moe_routes r, const float *__restrict__ ou
 
 static size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
 
-extern "C" size_t x4k_moe_experts_workspace_bytes(int n_tok, int k, int d, int f)
-{
-	if (n_tok < 0 || k <= 0 || d <= 0 || f <= 0)
-		return 0;
-	const size_t nr = (size_t)n_tok * k;
-	return align256(nr * f * 4) + align256(nr * d * 4);
-}
-
 extern "C" int x4k_moe_experts(const x4k_moe_routes *r, int type, const float *x, int d, int f,
 			       const void *gate, const void *up, const void *down, void *ws,
 			       size_t ws_bytes, const float **out, cudaStream_t s, x4_err *e)
