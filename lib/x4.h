@@ -502,7 +502,7 @@ void x4_trunk_free(x4_trunk *t);
 /* Apply new request options (resid, prec, threads, prefill_chunk, hc_eager,
  * kv, sublayer, no_graph, max_ctx) to a trunk without loading the weights
  * again: the cache and the workspaces are made anew for them and the
- * context is reset.  The load options (device, mem_limit) cannot change:
+ * context is reset.  The load options (device, mem_limit, no_reserve) cannot change:
  * X4_EINVAL names the option and says that it needs the weights reloaded.
  * On failure the trunk is left as it was when that is possible, else
  * unusable until a configure succeeds (every call then fails, named). */
