@@ -219,7 +219,7 @@ static void put_num(bool json, const char *key, double v, const char *fmt)
 	else
 		x4t_outf("\t");
 	if (isfinite(v))
-		x4t_outf(fmt, v);
+		x4t_outf(fmt, v == 0 ? 0.0 : v); /* no "-0" */
 	else
 		x4t_outf(json ? "null" : "-");
 }
@@ -289,16 +289,18 @@ static void card_row(const struct model_shape *ms, uint64_t usable, uint64_t usa
 	r->v[V_W] = mib((double)ms->weights);
 	r->v[V_CACHE] = mib((double)p.cache_bytes);
 	r->v[V_ROOM] = mib((double)p.room);
-	bool ok = p.verdict == X4_MEM_FITS;
-	int chunk = ok ? p.chunk : p.narrow_chunk;
+	/* The chunk a load picks; for a context it refuses that would still
+	 * run without the reserve, the chunk that would run; else none. */
+	bool ok = p.verdict == X4_MEM_FITS, runs = raw.verdict == X4_MEM_FITS;
+	int chunk = ok ? p.chunk : runs ? raw.chunk : p.narrow_chunk;
 	uint64_t ws = x4_mem_ws_bytes(&ms->c, (int)len, chunk);
-	r->v[V_CHUNK] = ok ? chunk : NAN;
+	r->v[V_CHUNK] = ok || runs ? chunk : NAN;
 	r->v[V_WS] = mib((double)ws);
 	r->v[V_FREE] = mib((double)usable_run - (double)ms->weights - (double)p.cache_bytes -
 			   (double)ws);
 	r->accepted = ok ? "yes" : "no";
 	r->last_chunk = ok ? "fits" : p.verdict == X4_MEM_NO_WEIGHTS ? "no_weights"
-		      : raw.verdict == X4_MEM_FITS ? "refused" : "oom";
+		      : runs ? "refused" : "oom";
 	r->row = name;
 }
 
