@@ -649,6 +649,23 @@ static int measure(const struct opts *o, const struct prov *pv, const x4_model *
 	return 0;
 }
 
+static void print_overhead(const struct opts *o, const struct prov *pv, const struct overhead *ov)
+{
+	static const char *const names[3] = { "context", "modules", "run" };
+	static const char *const notes[3] = {
+		"taken before x4: the CUDA context (and anything else on the card)",
+		"kept after a trunk ran and went: kernel images loaded at first launch",
+		"beyond the plan while a chunk ran, the largest over the chunks" };
+	uint64_t v[3] = { ov->context, ov->modules, ov->run };
+	for (int i = 0; i < 3; i++) {
+		struct row r;
+		row_init(&r, "overhead", "measured", names[i]);
+		r.v[V_MEAS] = mib((double)v[i]);
+		r.note = notes[i];
+		put_row(o->json, pv, &r);
+	}
+}
+
 int main(int argc, char **argv)
 {
 	x4t_prog = PROG;
@@ -705,19 +722,7 @@ int main(int argc, char **argv)
 	int status = 0;
 	if (gpu) {
 		measure(&o, &pv, m, &ms, &ov, meas);
-		struct row r;
-		const char *names[3] = { "context", "modules", "run" };
-		const char *notes[3] = {
-			"taken before x4: the CUDA context (and anything else on the card)",
-			"kept after a trunk ran and went: kernel images loaded at first launch",
-			"beyond the plan while a chunk ran, the largest over the chunks" };
-		uint64_t v[3] = { ov.context, ov.modules, ov.run };
-		for (int i = 0; i < 3; i++) {
-			row_init(&r, "overhead", "measured", names[i]);
-			r.v[V_MEAS] = mib((double)v[i]);
-			r.note = notes[i];
-			put_row(o.json, &pv, &r);
-		}
+		print_overhead(&o, &pv, &ov);
 	} else if (o.cap) {
 		int promise = x4_mem_max_ctx(&ms.c, ms.weights, o.cap, X4_MEM_RESERVE_BYTES);
 		int edge = x4_mem_max_ctx(&ms.c, ms.weights, o.cap, 0);
