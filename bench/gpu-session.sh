@@ -12,6 +12,11 @@
 #   x4-profile on the full preset at PROFILE_CTX (default "512 4096"), with traces.
 #   kernels: the kernel lab, old and new kernels side by side.  decode: the
 #   goal table's decode figures (512, 4096 by x4-bench-abab; 32768 by x4-run).
+#   ceiling: x4-ceiling on the full preset: the chunk measurement and the tables for
+#   CEILING_CARDS (default 22G,24G,48G,80G,141G) on the whole card (--no-run), then the
+#   promise and the edge under each of CEILING_CAPS (default 22G 24G) by what a load
+#   accepts; CEILING_RUN=yes fills the edge's cache too (~95,000 positions at 22G: at the
+#   prefill rate of RESULTS 14, ~330 tok/s at 32k, longer than one device call).
 # Logs and tables go to $OUT (or build/gpu-out when OUT is unset).
 set -u
 # The device tool brings back at most 8 files from $OUT: everything is
@@ -129,6 +134,21 @@ PY
 			${DECODE_OPTS:-} --json >"$OUT/decode-32768.json" 2>"$OUT/decode-32768.err"
 		python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); print("decode ctx %d: %s tok/s, first step %s ms, prefill %s tok/s" % (j["prompt_tokens"], j["decode_tok_s"], j["first_step_ms"], j["prefill_tok_s"]))' \
 			"$OUT/decode-32768.json" | tee -a "$OUT/session.log";;
+	ceiling)
+		log "x4-ceiling on the full preset"
+		cards=${CEILING_CARDS:-22G,24G,48G,80G,141G}
+		bin/x4-ceiling -m /tmp/x4-full --device cuda:0 --no-run --cards "$cards" \
+			>"$OUT/ceiling-card.tsv" 2>"$OUT/ceiling-card.err"
+		echo "ceiling whole card: rc $?" | tee -a "$OUT/session.log"
+		tee -a "$OUT/session.log" <"$OUT/ceiling-card.err"
+		bin/x4-ceiling --preset full --cards "$cards" >"$OUT/ceiling-predicted.tsv" 2>/dev/null
+		run=--no-run; [ "${CEILING_RUN:-no}" = yes ] && run=
+		for cap in ${CEILING_CAPS:-22G 24G}; do
+			# shellcheck disable=SC2086
+			bin/x4-ceiling -m /tmp/x4-full --device cuda:0 --gpu-memory "$cap" --cards "$cap" \
+				--chunks 128 $run >"$OUT/ceiling-$cap.tsv" 2>"$OUT/ceiling-$cap.err"
+			echo "ceiling --gpu-memory $cap: rc $? $(grep -E 'promises' "$OUT/ceiling-$cap.err" | tail -n 2 | tr '\n' ' ')" | tee -a "$OUT/session.log"
+		done;;
 	*) echo "unknown step $s"; exit 2;;
 	esac
 done

@@ -4,7 +4,7 @@
  *
  * The fused path is one launch a sublayer.  A gate reads 688 KB of BF16
  * weights for one token (24 rows of 14336): at decode sizes (up to
- * HC_SPLIT_MAX_TOK tokens) the projection is split across the card, a block
+ * X4K_HC_SPLIT_MAX_TOK tokens) the projection is split across the card, a block
  * per 32 columns of D (112 blocks at D 3584), so that every weight load of
  * the gate is in flight at once and no SM streams more than 6 KB.  A block
  * first issues its weight loads (they depend on nothing), then forms its
@@ -28,13 +28,12 @@
 namespace {
 
 constexpr int HC_THREADS = 256;
-constexpr int HC_CW = 32;            /* columns of D per block when split */
-constexpr int HC_SPLIT_MAX_TOK = 8;  /* up to this many tokens, split */
+/* The split's shape is lib/x4_kern.h's (section 0), which the workspace's
+ * size is counted from: columns of D a block, and the token count up to
+ * which the gate is split. */
+constexpr int HC_CW = X4K_HC_CW;
 
-int hc_nsplit(int D, int n_tok)
-{
-	return n_tok <= HC_SPLIT_MAX_TOK ? (D + HC_CW - 1) / HC_CW : 1;
-}
+int hc_nsplit(int D, int n_tok) { return x4k_hc_nsplit(D, n_tok); }
 
 template <int VEC>
 __device__ __forceinline__ void load_vec(const float *p, float *v)
@@ -530,24 +529,6 @@ int check_cfg(const x4k_hc_cfg *c, int n_tok, const char *who, x4_err *e)
 }
 
 } /* namespace */
-
-extern "C" size_t x4k_hc_workspace_bytes(const x4k_hc_cfg *c, int n_tok)
-{
-	if (!c || c->n_hc < 1 || c->n_hc > 4 || c->D < 1 || n_tok < 0)
-		return 0;
-	size_t nc = X4K_HC_NCOEF(c->n_hc);
-	size_t fused = (size_t)n_tok * hc_nsplit(c->D, n_tok) * (nc + 1);
-	size_t eager = (size_t)n_tok * (nc + 1);
-	/* A workspace for n_tok serves every smaller call, and a split call of
-	 * up to HC_SPLIT_MAX_TOK tokens can need more than n_tok unsplit ones
-	 * (D 3584: 8 tokens need 22400 floats, 16 tokens 400). */
-	int ns = n_tok < HC_SPLIT_MAX_TOK ? n_tok : HC_SPLIT_MAX_TOK;
-	size_t split = (size_t)ns * hc_nsplit(c->D, ns) * (nc + 1);
-	if (split > fused)
-		fused = split;
-	return round_up((size_t)n_tok * sizeof(unsigned), 256) +
-	       (fused > eager ? fused : eager) * sizeof(float);
-}
 
 /* x4k_hc_pre, and x4k_hc_pre_norm when xh is not NULL: the split path
  * fuses the norm into its last block (*normed = true), the others leave it

@@ -31,8 +31,8 @@ namespace x4c {
 constexpr int MLA_HG = 8;         /* heads a block (one warp each in the softmax) */
 constexpr int MLA_T = 32;         /* rows a tile (one lane each in the softmax) */
 constexpr int MLA_THREADS = 256;  /* 8 warps x 4 rows = one tile of scores */
-constexpr int MLA_MIN_SPAN = 32;  /* rows a split at least: one tile */
-constexpr int MLA_MAX_SPLIT = 64; /* 256 blocks of 8 heads at the model's 32: two an SM;
+constexpr int MLA_MIN_SPAN = X4K_MLA_MIN_SPAN;  /* rows a split at least: one tile */
+constexpr int MLA_MAX_SPLIT = X4K_MLA_MAX_SPLIT; /* 256 blocks of 8 heads at the model's 32: two an SM;
 				   * more splits would move more partial bytes than cache
 				   * bytes past ~4096 positions (66 KB of partials a split) */
 constexpr int MLA_QB = 16;        /* float2 query loads a thread: 8 heads x 1024 / 512 */
@@ -49,11 +49,7 @@ __host__ __device__ inline void mla_span(int len, int nsplit, int *span, int *ns
 	*nsp = len > 0 ? (len + s - 1) / s : 0;
 }
 
-inline int mla_nsplit(int max_ctx)
-{
-	int n = (max_ctx + MLA_MIN_SPAN - 1) / MLA_MIN_SPAN;
-	return n < 1 ? 1 : n > MLA_MAX_SPLIT ? MLA_MAX_SPLIT : n;
-}
+inline int mla_nsplit(int max_ctx) { return x4k_mla_nsplit(max_ctx); }
 
 inline size_t mla_smem_bytes(int cw)
 {

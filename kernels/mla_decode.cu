@@ -65,14 +65,6 @@ bool aligned(const void *p, size_t n) { return ((uintptr_t)p % n) == 0; }
 
 } /* namespace */
 
-extern "C" size_t x4k_mla_decode_workspace_bytes(int n_head, int kv_lora, int max_ctx)
-{
-	if (n_head < 1 || kv_lora < 1 || max_ctx < 1)
-		return 0;
-	size_t ns = (size_t)mla_nsplit(max_ctx);
-	return sizeof(float) * ns * (size_t)n_head * (2 + (size_t)kv_lora) + 256;
-}
-
 extern "C" int x4k_mla_decode(int n_head, int kv_lora, int d_rope, const float *qt,
 			      const uint16_t *cache, int max_ctx, const int *pos, float kq_scale,
 			      float *ob, void *ws, size_t ws_bytes, cudaStream_t s, x4_err *e)

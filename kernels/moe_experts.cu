@@ -230,14 +230,6 @@ __global__ void moe_reduce_kernel(x4k_moe_routes r, const float *__restrict__ ou
 
 static size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
 
-extern "C" size_t x4k_moe_experts_workspace_bytes(int n_tok, int k, int d, int f)
-{
-	if (n_tok < 0 || k <= 0 || d <= 0 || f <= 0)
-		return 0;
-	const size_t nr = (size_t)n_tok * k;
-	return align256(nr * f * 4) + align256(nr * d * 4);
-}
-
 /* The two products of one call on experts of type T_EXP. */
 template <int T_EXP>
 static int launch(const x4k_moe_routes *r, const float *x, int d, int f, const uint8_t *g8,

@@ -16,28 +16,6 @@
 
 static size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
 
-static int max_tiles(int n_route, int n_expert, int tile)
-{
-	/* every tile holds at least one route, and an expert wastes at most
-	 * one partial tile */
-	long long b = ((long long)n_route + tile - 1) / tile + n_expert;
-	return (int)(b < n_route ? b : n_route);
-}
-
-extern "C" int x4k_moe_tile(int n_tok, int k)
-{
-	return (long long)n_tok * k <= 32 ? 4 : 64;
-}
-
-extern "C" size_t x4k_moe_routes_bytes(int n_tok, int k, int n_expert, int tile)
-{
-	if (n_tok < 0 || k <= 0 || n_expert <= 0 || tile <= 0)
-		return 0;
-	size_t r = (size_t)n_tok * k, mt = (size_t)max_tiles((int)r, n_expert, tile);
-	return align256(r * 4) * 3 + align256((size_t)n_expert * 4) + align256(((size_t)n_expert + 1) * 4) +
-	       align256(mt * 4) * 2 + align256(4) + align256((size_t)n_tok * n_expert * 4);
-}
-
 extern "C" int x4k_moe_routes_init(x4k_moe_routes *r, void *ws, size_t ws_bytes, int n_tok, int k,
 				   int n_expert, int tile, x4_err *e)
 {
@@ -58,7 +36,7 @@ extern "C" int x4k_moe_routes_init(x4k_moe_routes *r, void *ws, size_t ws_bytes,
 	r->k = k;
 	r->n_expert = n_expert;
 	r->tile = tile;
-	r->max_tiles = max_tiles((int)nr, n_expert, tile);
+	r->max_tiles = x4k_moe_max_tiles((int)nr, n_expert, tile);
 	r->sel = reinterpret_cast<int32_t *>(p), p += align256(nr * 4);
 	r->wts = reinterpret_cast<float *>(p), p += align256(nr * 4);
 	r->route = reinterpret_cast<int32_t *>(p), p += align256(nr * 4);

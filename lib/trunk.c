@@ -66,6 +66,9 @@ static int check_opts(const x4_model *m, const x4_trunk_opts *o, x4_trunk_opts *
 	if (o->device < 0 && o->mem_limit)
 		return x4_err_set(e, X4_EINVAL, "--gpu-memory caps device memory and means nothing "
 				  "on the CPU: drop it, or use --device cuda:N");
+	if (o->device < 0 && o->no_reserve)
+		return x4_err_set(e, X4_EINVAL, "no_reserve plans device memory and means nothing "
+				  "on the CPU");
 	*r = *o;
 	r->max_ctx = x4_trunk_opts_ctx(m, o);
 	if (r->max_ctx < 1 || r->max_ctx > c->n_ctx_train)
@@ -112,6 +115,9 @@ int x4_trunk_configure(x4_trunk *t, const x4_trunk_opts *o, x4_err *e)
 	if (o->mem_limit != t->o.mem_limit)
 		return x4_err_set(e, X4_EINVAL, "--gpu-memory is a load option: it sizes the upload, "
 				  "so changing it needs the weights reloaded; open the model again");
+	if (o->no_reserve != t->o.no_reserve)
+		return x4_err_set(e, X4_EINVAL, "the reserve (no_reserve) is a load option: it "
+				  "decides what the load accepts; open the model again");
 	x4_trunk_opts r;
 	int rc = check_opts(t->m, o, &r, e);
 	if (rc)

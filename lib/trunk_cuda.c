@@ -4,6 +4,8 @@
  * max_ctx, the workspaces of one prefill chunk) and its refusal when they
  * do not fit, create/free/reset.  The forward pass is lib/trunk_cuda_fwd.c.
  *
+ * The arithmetic of the plan is lib/mem_plan.c's, shared with x4-ceiling.
+ *
  * The weights are the GGUF bytes as mapped, one allocation for all of them:
  * the kernels read IQ4_NL, Q6_K, Q8_0 (experts) and BF16 blocks in place and index the
  * expert tensors [E][rows][k] as stored, so nothing is repacked.
@@ -13,68 +15,23 @@
 #ifdef X4_HAVE_CUDA
 
 #define MIB (1024.0 * 1024.0)
-/* Kept free beyond the plan: the context's own growth (kernel images,
- * launch queues, the allocator's granularity) is not in our arithmetic. */
-#define RESERVE_BYTES ((uint64_t)256 << 20)
-#define MAX_CHUNK 512    /* the automatic prefill chunk's ceiling */
-#define NARROW_CHUNK 128 /* the narrowest chunk a create promises to fit */
 #define STAGE_BYTES ((size_t)64 << 20)
+
+/* The reserve, the cache's and the workspaces' sizes, the chunk's pick and
+ * the refusals' arithmetic are the memory plan's (lib/mem_plan.c, x4.h
+ * section 6b), which x4-ceiling predicts a card with: one definition. */
+static uint64_t reserve(const x4_trunk_cuda *t) { return t->o.no_reserve ? 0 : X4_MEM_RESERVE_BYTES; }
+
+static uint64_t ws_bytes(const x4_trunk_cuda *t, int T)
+{
+	return x4_mem_ws_bytes(t->c, t->max_ctx, T);
+}
 
 static uintptr_t carve(uintptr_t *at, size_t n)
 {
 	uintptr_t p = (*at + 255) & ~(uintptr_t)255;
 	*at = p + n;
 	return p;
-}
-
-size_t x4_cuda_ws_layout(const x4_trunk_cuda *t, int T, char *base, x4_cuda_ws *w)
-{
-	const x4_config *c = t->c;
-	x4_cuda_ws tmp;
-	if (!w)
-		w = &tmp;
-	size_t Tn = (size_t)T, D = (size_t)c->n_embd, hc = (size_t)c->n_hc;
-	size_t nh = (size_t)c->n_head, cw = (size_t)t->cw, F = (size_t)t->F;
-	int k = X4_MAX(1, c->n_expert_used), E = X4_MAX(1, c->n_expert);
-	uintptr_t start = (uintptr_t)base, at = start;
-#define F32(p, n) (w->p = (float *)carve(&at, sizeof(float) * (n)))
-	F32(H, Tn * hc * D);
-	F32(Hn, Tn * hc * D);
-	F32(x, Tn * D);
-	F32(xh, Tn * D);
-	F32(y, Tn * D);
-	F32(shared, Tn * D);
-	F32(coef_a, Tn * (size_t)t->ncoef);
-	F32(coef_f, Tn * (size_t)t->ncoef);
-	F32(cq, Tn * (size_t)c->q_lora);
-	F32(q, Tn * nh * (size_t)c->d_qk);
-	F32(kva, Tn * cw);
-	F32(qt, Tn * nh * cw);
-	F32(ob, Tn * nh * (size_t)c->kv_lora);
-	F32(o, Tn * nh * (size_t)c->d_v);
-	F32(g, Tn * F);
-	F32(u, Tn * F);
-	F32(h, Tn * F);
-	F32(hn, Tn * D);
-	F32(logits, Tn * (size_t)c->n_vocab);
-	F32(omega, (size_t)X4_MAX(1, c->d_rope / 2));
-#undef F32
-	w->hc_ws_bytes = x4k_hc_workspace_bytes(&t->hc, T);
-	w->hc_ws = (void *)carve(&at, w->hc_ws_bytes);
-	/* The route table's size depends on the tile the token count picks
-	 * (4 routes for decode sizes, 64 for prefill): the largest of all. */
-	w->routes_ws_bytes = 0;
-	for (int n = 1; n <= T; n++)
-		w->routes_ws_bytes = X4_MAX(w->routes_ws_bytes,
-					    x4k_moe_routes_bytes(n, k, E, x4k_moe_tile(n, k)));
-	w->routes_ws = (void *)carve(&at, w->routes_ws_bytes);
-	w->exp_ws_bytes = x4k_moe_experts_workspace_bytes(T, k, c->n_embd, X4_MAX(1, c->n_ff_exp));
-	w->exp_ws = (void *)carve(&at, w->exp_ws_bytes);
-	w->att_ws_bytes = x4k_mla_decode_workspace_bytes(c->n_head, c->kv_lora, t->max_ctx);
-	w->att_ws = (void *)carve(&at, w->att_ws_bytes);
-	w->ids = (int32_t *)carve(&at, sizeof(int32_t) * Tn);
-	w->pos = (int *)carve(&at, sizeof(int));
-	return (size_t)(carve(&at, 0) - start);
 }
 
 /* ---- the weights ---- */
@@ -240,32 +197,32 @@ static int usable_free(x4_trunk_cuda *t, uint64_t held, uint64_t *free_out,
 /* Refuse before the upload when the weights, the cache and the narrowest
  * chunk cannot all be resident (docs/record.md 5: a refusal at load, not an
  * out-of-memory inside a request). */
-static int check_fit(x4_trunk_cuda *t, uint64_t narrow_ws, x4_err *e)
+static int check_fit(x4_trunk_cuda *t, x4_err *e)
 {
 	char note[64];
 	uint64_t free_b = 0, total_b = 0;
 	int rc = usable_free(t, 0, &free_b, &total_b, e);
 	if (rc)
 		return rc;
-	uint64_t w = t->weight_bytes, need = narrow_ws + RESERVE_BYTES;
-	if (w >= free_b)
+	x4_mem_plan p;
+	x4_mem_plan_solve(t->c, t->weight_bytes, t->max_ctx, 0, free_b, reserve(t), &p);
+	uint64_t w = t->weight_bytes, need = p.narrow_ws_bytes + p.reserve;
+	if (p.verdict == X4_MEM_NO_WEIGHTS)
 		return x4_err_set(e, X4_ENOMEM, "the weights need %.0f MiB and %.0f MiB are free on "
 				  "%s%s (%.0f MiB in all); use a card with more memory", mib(w),
 				  mib(free_b), t->dev_name, limit_note(t, note, sizeof note), mib(total_b));
-	uint64_t left = free_b - w;
-	if (t->cache_bytes + need > left)
+	if (p.verdict == X4_MEM_NO_CONTEXT)
 		return x4_err_set(e, X4_ENOMEM, "--max-model-len %d needs a %.0f MiB cache; with "
 				  "%.0f MiB of weights resident, %.0f MiB are free on %s%s and the "
 				  "narrowest prefill chunk (%d tokens) needs %.0f MiB; lower "
 				  "--max-model-len or use a card with more memory", t->max_ctx,
-				  mib(t->cache_bytes), mib(w), mib(left), t->dev_name,
-				  limit_note(t, note, sizeof note),
-				  X4_MIN(NARROW_CHUNK, t->max_ctx), mib(need));
+				  mib(t->cache_bytes), mib(w), mib(free_b - w), t->dev_name,
+				  limit_note(t, note, sizeof note), p.narrow_chunk, mib(need));
 	return 0;
 }
 
 /* The largest power of two <= 512 (or the caller's chunk) whose workspace
- * fits in what the weights and the cache left. */
+ * fits in what the weights and the cache left (x4_mem_chunk). */
 static int pick_chunk(x4_trunk_cuda *t, x4_err *e)
 {
 	char note[64];
@@ -273,30 +230,20 @@ static int pick_chunk(x4_trunk_cuda *t, x4_err *e)
 	int rc = usable_free(t, t->weight_bytes + t->cache_bytes, &free_b, &total_b, e);
 	if (rc)
 		return rc;
-	uint64_t avail = free_b > RESERVE_BYTES ? free_b - RESERVE_BYTES : 0;
+	uint64_t r = reserve(t), avail = free_b > r ? free_b - r : 0;
+	t->chunk = x4_mem_chunk(t->c, t->max_ctx, t->o.prefill_chunk, free_b, r);
+	if (t->chunk)
+		return 0;
 	if (t->o.prefill_chunk) {
 		int T = X4_MIN(t->o.prefill_chunk, t->max_ctx);
-		uint64_t need = x4_cuda_ws_layout(t, T, NULL, NULL);
-		if (need > avail)
-			return x4_err_set(e, X4_ENOMEM, "a prefill chunk of %d tokens needs %.0f MiB "
-					  "and %.0f MiB are free on %s%s beside the weights and the "
-					  "cache; use a smaller chunk or --max-model-len", T, mib(need),
-					  mib(avail), t->dev_name,
-					  limit_note(t, note, sizeof note));
-		t->chunk = T;
-		return 0;
+		return x4_err_set(e, X4_ENOMEM, "a prefill chunk of %d tokens needs %.0f MiB "
+				  "and %.0f MiB are free on %s%s beside the weights and the "
+				  "cache; use a smaller chunk or --max-model-len", T,
+				  mib(ws_bytes(t, T)), mib(avail), t->dev_name,
+				  limit_note(t, note, sizeof note));
 	}
-	int floor_t = X4_MIN(NARROW_CHUNK, t->max_ctx);
-	for (int T = MAX_CHUNK; T >= 1; T /= 2) {
-		int Tc = X4_MIN(T, t->max_ctx);
-		if (x4_cuda_ws_layout(t, Tc, NULL, NULL) <= avail) {
-			t->chunk = Tc;
-			return 0;
-		}
-		if (Tc <= floor_t)
-			break;
-	}
-	uint64_t need = x4_cuda_ws_layout(t, floor_t, NULL, NULL) + RESERVE_BYTES;
+	int floor_t = x4_mem_narrow_chunk(t->max_ctx);
+	uint64_t need = ws_bytes(t, floor_t) + r;
 	return x4_err_set(e, X4_ENOMEM, "--max-model-len %d: with %.0f MiB of weights and a %.0f "
 			  "MiB cache resident, %.0f MiB are free on %s%s and the narrowest prefill "
 			  "chunk (%d tokens) needs %.0f MiB; lower --max-model-len or use a card "
@@ -312,7 +259,7 @@ static int plan(x4_trunk_cuda *t, x4_err *e)
 {
 	const x4_config *c = t->c;
 	int rc;
-	t->cache_bytes = (uint64_t)c->n_block * (uint64_t)t->max_ctx * (uint64_t)t->cw * 2;
+	t->cache_bytes = x4_mem_cache_bytes(c, t->max_ctx);
 	if ((rc = x4_dev_alloc((void **)&t->cache, t->cache_bytes,
 			       "the KV cache (lower --max-model-len)", e)))
 		return rc;
@@ -320,10 +267,10 @@ static int plan(x4_trunk_cuda *t, x4_err *e)
 	X4_CUDA_TRY(cudaMemsetAsync(t->cache, 0, t->cache_bytes, t->s), "clear the KV cache", e);
 	if ((rc = pick_chunk(t, e)))
 		return rc;
-	t->work_bytes = x4_cuda_ws_layout(t, t->chunk, NULL, NULL);
+	t->work_bytes = ws_bytes(t, t->chunk);
 	if ((rc = x4_dev_alloc(&t->work, t->work_bytes, "the workspaces", e)))
 		return rc;
-	x4_cuda_ws_layout(t, t->chunk, t->work, &t->w);
+	x4_cuda_ws_layout(c, t->max_ctx, t->chunk, t->work, &t->w);
 	/* The fused gate's workspace must start zeroed; each call leaves it so. */
 	X4_CUDA_TRY(cudaMemsetAsync(t->w.hc_ws, 0, t->w.hc_ws_bytes, t->s),
 		    "clear the hyper-connection workspace", e);
@@ -380,10 +327,15 @@ static int create(x4_trunk_cuda *t, x4_err *e)
 
 	struct placer count = { 0, NULL, 0 };
 	place_all(t, &count);
-	t->weight_bytes = carve(&count.at, 0);
-	t->cache_bytes = (uint64_t)c->n_block * (uint64_t)t->max_ctx * (uint64_t)t->cw * 2;
-	rc = check_fit(t, x4_cuda_ws_layout(t, X4_MIN(NARROW_CHUNK, t->max_ctx), NULL, NULL), e);
-	if (rc)
+	t->weight_bytes = x4_mem_weight_bytes(t->m);
+	/* The plan's count and the placement walk the same list (X4_BLOCK_TENSORS). */
+	if (carve(&count.at, 0) != t->weight_bytes)
+		return x4_err_set(e, X4_EINVAL, "the upload places %llu bytes of weights and the "
+				  "memory plan counts %llu: a tensor is missing from one of them",
+				  (unsigned long long)carve(&count.at, 0),
+				  (unsigned long long)t->weight_bytes);
+	t->cache_bytes = x4_mem_cache_bytes(c, t->max_ctx);
+	if ((rc = check_fit(t, e)))
 		return rc;
 
 	struct piece *pieces = x4_calloc((size_t)count.n, sizeof *pieces, "the upload list", e);
@@ -471,9 +423,8 @@ int x4_trunk_cuda_configure(x4_trunk_cuda *t, const x4_trunk_opts *o, x4_err *e)
 	char note[64];
 	uint64_t free_b = 0, total_b = 0;
 	int rc = usable_free(t, t->weight_bytes, &free_b, &total_b, e);
-	uint64_t cache = (uint64_t)t->c->n_block * (uint64_t)t->max_ctx * (uint64_t)t->cw * 2;
-	uint64_t need = cache + x4_cuda_ws_layout(t, X4_MIN(NARROW_CHUNK, t->max_ctx), NULL, NULL) +
-			RESERVE_BYTES;
+	uint64_t cache = x4_mem_cache_bytes(t->c, t->max_ctx);
+	uint64_t need = x4_mem_ctx_need(t->c, t->max_ctx, reserve(t));
 	if (!rc && need > free_b)
 		rc = x4_err_set(e, X4_ENOMEM, "--max-model-len %d needs a %.0f MiB cache and the "
 				"narrowest prefill chunk %.0f MiB more; %.0f MiB are free on %s%s "

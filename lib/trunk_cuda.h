@@ -22,35 +22,6 @@ typedef struct x4_block_dev {
 #undef X4_FIELD_
 } x4_block_dev;
 
-/* The activations of one chunk of up to T tokens, carved out of one
- * device allocation (256-byte aligned pieces; x4k_moe_routes_init wants it). */
-typedef struct x4_cuda_ws {
-	float *H, *Hn;       /* [T][n_hc][D] the streams, and the update's target */
-	float *x, *xh, *y;   /* [T][D] collapse, normed sublayer input, sublayer output */
-	float *shared;       /* [T][D] the shared expert's output */
-	float *coef_a, *coef_f; /* [T][ncoef] the attention and FFN gates' coefficients */
-	float *cq;           /* [T][q_lora] */
-	float *q;            /* [T][n_head][d_qk] */
-	float *kva;          /* [T][kv_lora + d_rope] */
-	float *qt;           /* [T][n_head][cw] q-tilde | roped q_r */
-	float *ob;           /* [T][n_head][kv_lora] */
-	float *o;            /* [T][n_head][d_v] */
-	float *g, *u, *h;    /* [T][F] dense FFN / shared expert: gate, up, product */
-	float *hn;           /* [T][D] the head's normed input */
-	float *logits;       /* [T][n_vocab] */
-	void *hc_ws;         /* x4k_hc_workspace_bytes(T), zeroed once */
-	size_t hc_ws_bytes;
-	void *routes_ws;     /* the largest x4k_moe_routes_bytes for 1..T tokens */
-	size_t routes_ws_bytes;
-	void *exp_ws;        /* x4k_moe_experts_workspace_bytes(T) */
-	size_t exp_ws_bytes;
-	void *att_ws;        /* x4k_mla_decode_workspace_bytes(max_ctx) */
-	size_t att_ws_bytes;
-	int32_t *ids;        /* [T] */
-	int *pos;            /* [1] the position of the chunk's first token */
-	float *omega;        /* [d_rope/2] YaRN frequencies */
-} x4_cuda_ws;
-
 struct x4_trunk_cuda {
 	const x4_model *m;
 	const x4_config *c;
@@ -90,10 +61,6 @@ struct x4_trunk_cuda {
 	bool broken;             /* a configure failed and the old plan could not return */
 	x4_prof *prof;           /* set while profiled (lib/prof_int.h), else NULL */
 };
-
-/* Bytes of the workspace for chunks of up to T tokens; with base set, also
- * carve w's pointers out of it (base NULL: only count). */
-size_t x4_cuda_ws_layout(const x4_trunk_cuda *t, int T, char *base, x4_cuda_ws *w);
 #endif /* X4_HAVE_CUDA */
 
 #endif

@@ -69,6 +69,53 @@ struct x4_model {
 	char fingerprint[17];
 };
 
+/* Every field of x4_block_w that is a tensor, once, so that binding,
+ * uploading and the memory plan's count (lib/mem_plan.c) walk the same list. */
+#define X4_BLOCK_TENSORS(X)                                                            \
+	X(attn_norm) X(attn_q_a) X(attn_q_a_norm) X(attn_q_b) X(attn_kv_a_mqa)         \
+	X(attn_kv_a_norm) X(attn_k_b) X(attn_v_b) X(attn_output) X(hc_attn_fn)         \
+	X(hc_attn_base) X(hc_attn_scale) X(hc_ffn_fn) X(hc_ffn_base) X(hc_ffn_scale)   \
+	X(ffn_norm) X(ffn_gate) X(ffn_up) X(ffn_down) X(ffn_gate_inp) X(exp_probs_b)   \
+	X(ffn_gate_exps) X(ffn_up_exps) X(ffn_down_exps) X(ffn_gate_shexp)             \
+	X(ffn_up_shexp) X(ffn_down_shexp)
+
+/* The CUDA trunk's activations of one chunk of up to T tokens, carved out
+ * of one device allocation (256-byte aligned pieces; x4k_moe_routes_init
+ * wants it).  Declared in every build: the memory plan (lib/mem_plan.c)
+ * counts the bytes of the same layout without a device. */
+typedef struct x4_cuda_ws {
+	float *H, *Hn;       /* [T][n_hc][D] the streams, and the update's target */
+	float *x, *xh, *y;   /* [T][D] collapse, normed sublayer input, sublayer output */
+	float *shared;       /* [T][D] the shared expert's output */
+	float *coef_a, *coef_f; /* [T][ncoef] the attention and FFN gates' coefficients */
+	float *cq;           /* [T][q_lora] */
+	float *q;            /* [T][n_head][d_qk] */
+	float *kva;          /* [T][kv_lora + d_rope] */
+	float *qt;           /* [T][n_head][cw] q-tilde | roped q_r */
+	float *ob;           /* [T][n_head][kv_lora] */
+	float *o;            /* [T][n_head][d_v] */
+	float *g, *u, *h;    /* [T][F] dense FFN / shared expert: gate, up, product */
+	float *hn;           /* [T][D] the head's normed input */
+	float *logits;       /* [T][n_vocab] */
+	void *hc_ws;         /* x4k_hc_workspace_bytes(T), zeroed once */
+	size_t hc_ws_bytes;
+	void *routes_ws;     /* the largest x4k_moe_routes_bytes for 1..T tokens */
+	size_t routes_ws_bytes;
+	void *exp_ws;        /* x4k_moe_experts_workspace_bytes(T) */
+	size_t exp_ws_bytes;
+	void *att_ws;        /* x4k_mla_decode_workspace_bytes(max_ctx) */
+	size_t att_ws_bytes;
+	int32_t *ids;        /* [T] */
+	int *pos;            /* [1] the position of the chunk's first token */
+	float *omega;        /* [d_rope/2] YaRN frequencies */
+} x4_cuda_ws;
+
+/* Bytes of the CUDA trunk's workspace for chunks of up to T tokens with a
+ * cache of max_ctx positions; with base set, also carve w's pointers out of
+ * it (base NULL: only count).  The one layout the trunk places by and the
+ * plan counts by (lib/mem_plan.c). */
+size_t x4_cuda_ws_layout(const x4_config *c, int max_ctx, int T, char *base, x4_cuda_ws *w);
+
 /* ---- the trunk backends behind lib/trunk.c ---- */
 
 /* The cache's positions for o (NULL: the defaults): o->max_ctx, else

@@ -16,6 +16,7 @@
  *   4. model config, binding   (lib/model.c)
  *   5. tokenizer and chat      (lib/tok*.c, lib/spm.c, lib/chat.c)
  *   6. trunk (CPU and CUDA)    (lib/trunk_cpu.c, lib/trunk_cuda.c)
+ *  6b. the memory plan         (lib/mem_plan.c)
  *   7. sampling                (lib/sample.c)
  *   8. utilities               (lib/util.c)
  *   9. npy writer, MoE replay  (lib/npy.c, lib/replay.c)
@@ -500,6 +501,9 @@ typedef struct x4_trunk_opts {
 	bool pdl;          /* GPU, sm_90 and later: programmatic dependent launch (each kernel
 	                      issues its weight loads before it waits for its input);
 	                      on by default */
+	bool no_reserve;   /* GPU, a load option: plan to the last byte, keeping none of
+	                      X4_MEM_RESERVE_BYTES free (x4-ceiling's hardware edge; never
+	                      for serving: the context's own growth then lands in a request) */
 	/* Called (if set) as the weights load onto the GPU, after each staged
 	 * piece: bytes done of total.  The library never prints; a tool may. */
 	void (*progress)(void *ctx, uint64_t done, uint64_t total);
@@ -513,7 +517,7 @@ void x4_trunk_free(x4_trunk *t);
 /* Apply new request options (resid, prec, threads, prefill_chunk, hc_eager,
  * kv, sublayer, no_graph, max_ctx) to a trunk without loading the weights
  * again: the cache and the workspaces are made anew for them and the
- * context is reset.  The load options (device, mem_limit) cannot change:
+ * context is reset.  The load options (device, mem_limit, no_reserve) cannot change:
  * X4_EINVAL names the option and says that it needs the weights reloaded.
  * On failure the trunk is left as it was when that is possible, else
  * unusable until a configure succeeds (every call then fails, named). */
@@ -561,6 +565,87 @@ typedef struct x4_trunk_stats {
 	char device[128];        /* "cpu" or the GPU's name */
 } x4_trunk_stats;
 int x4_trunk_get_stats(const x4_trunk *t, x4_trunk_stats *s);
+
+/* ===================== 6b. the memory plan (lib/mem_plan.c) ===================== */
+
+/* What the CUDA trunk places on a card, computed from the model's shapes
+ * and the options alone, with no device (docs/record.md 5): the weights as
+ * the upload places them, the fp16 latent cache for max_ctx, the
+ * workspaces of one prefill chunk, and a reserve kept free beyond them for
+ * what the arithmetic does not know (the CUDA context's growth: kernel
+ * images loaded at first launch, a captured graph, the allocator's
+ * granularity).  The CUDA trunk sizes its allocations, picks its chunk and
+ * makes its refusals with these functions; x4-ceiling predicts a card with
+ * them.  "usable" is what x4 may hold: the card's free bytes, capped by
+ * --gpu-memory (opts.mem_limit). */
+#define X4_MEM_RESERVE_BYTES ((uint64_t)256 << 20)
+#define X4_MEM_MAX_CHUNK 512    /* the automatic chunk's ceiling */
+#define X4_MEM_NARROW_CHUNK 128 /* the narrowest chunk a load promises to fit */
+
+/* The trunk's tensors as the upload places them: every tensor the model
+ * binds (the NextN block is not bound), each at a 256-byte boundary. */
+uint64_t x4_mem_weight_bytes(const x4_model *m);
+/* The same from a tensor list (a file's directory by
+ * x4_tensor_specs_from_gguf, or x4_layout's for a preset): every global
+ * tensor and every tensor of a block below n_block. */
+uint64_t x4_mem_weight_bytes_specs(const x4_config *c, const x4_tensor_spec *t, int n);
+/* The fp16 latent cache: n_block * max_ctx * (kv_lora + d_rope) * 2 bytes. */
+uint64_t x4_mem_cache_bytes(const x4_config *c, int max_ctx);
+/* The workspaces of chunks of up to `chunk` tokens beside a cache of max_ctx
+ * positions (the activations, the gate's, the MoE's and the decode
+ * attention's): the layout the CUDA trunk carves them by. */
+uint64_t x4_mem_ws_bytes(const x4_config *c, int max_ctx, int chunk);
+/* min(X4_MEM_NARROW_CHUNK, max_ctx). */
+int x4_mem_narrow_chunk(int max_ctx);
+/* Bytes a context needs beside the weights for a load to accept it: the
+ * cache, the narrowest chunk's workspace and the reserve. */
+uint64_t x4_mem_ctx_need(const x4_config *c, int max_ctx, uint64_t reserve);
+/* The prefill chunk for `room` bytes free beside the weights and the cache:
+ * prefill_chunk (capped at max_ctx) when its workspace fits in room less
+ * the reserve, else 0; with prefill_chunk 0, the largest power of two up
+ * to X4_MEM_MAX_CHUNK (capped at max_ctx) that fits, down to the narrowest
+ * chunk, else 0. */
+int x4_mem_chunk(const x4_config *c, int max_ctx, int prefill_chunk, uint64_t room,
+		 uint64_t reserve);
+
+enum x4_mem_verdict {
+	X4_MEM_FITS = 0,       /* the load accepts it: a chunk was picked */
+	X4_MEM_NO_WEIGHTS = 1, /* the weights alone do not fit */
+	X4_MEM_NO_CONTEXT = 2, /* the cache and the narrowest chunk do not fit beside them */
+	X4_MEM_NO_CHUNK = 3,   /* the chunk asked for does not fit */
+};
+/* "fits", "weights", "context", "chunk". */
+const char *x4_mem_verdict_name(int verdict);
+
+typedef struct x4_mem_plan {
+	int max_ctx;              /* positions the cache holds */
+	int narrow_chunk;         /* x4_mem_narrow_chunk(max_ctx) */
+	int chunk;                /* the chunk picked, 0 when the verdict is not FITS */
+	int verdict;              /* enum x4_mem_verdict */
+	uint64_t usable, reserve; /* as given */
+	uint64_t weight_bytes, cache_bytes;
+	uint64_t narrow_ws_bytes; /* the narrowest chunk's workspace */
+	uint64_t ws_bytes;        /* the picked chunk's (the asked chunk's for NO_CHUNK) */
+	int64_t room;             /* usable - weights - cache (negative: they do not fit) */
+	int64_t free_after;       /* room - ws_bytes of the picked (or narrowest) chunk:
+				   * what is left when the chunk runs */
+} x4_mem_plan;
+/* The whole plan for a card of `usable` bytes, as a load decides it:
+ * p->verdict says whether it is accepted and why not. */
+void x4_mem_plan_solve(const x4_config *c, uint64_t weight_bytes, int max_ctx,
+		       int prefill_chunk, uint64_t usable, uint64_t reserve, x4_mem_plan *p);
+/* The longest context a card of `usable` bytes accepts: the largest
+ * max_ctx in [1, n_ctx_train] with weights < usable and x4_mem_ctx_need <=
+ * usable - weights; 0 when none.  With the reserve X4_MEM_RESERVE_BYTES it
+ * is the runtime's promise; with 0, where the plan meets the card's edge. */
+int x4_mem_max_ctx(const x4_config *c, uint64_t weight_bytes, uint64_t usable,
+		   uint64_t reserve);
+
+/* A CUDA device's free and total bytes as cudaMemGetInfo reports them
+ * (this makes the device's context on a first call), and its name;
+ * X4_ECUDA in a build without CUDA or without the device. */
+int x4_device_mem(int device, uint64_t *free_bytes, uint64_t *total_bytes, char *name,
+		  size_t name_cap, x4_err *e);
 
 /* ===================== 7. sampling ===================== */
 /* (x4_trunk_forward_next, which picks the next token where the logits are,

@@ -13,6 +13,7 @@
  * Activations are fp32 in and out, and every accumulation is fp32.
  *
  * Sections (and the files that implement each):
+ *   0. workspace sizes, in every build (lib/kern_ws.c)
  *   1. quantized products and the MoE  (kernels/gemv_quant.cu, gemm_quant.cu,
  *      swiglu.cu, moe_router.cu, moe_experts.cu)
  *   2. attention, rope, hyper-connection, norms (kernels/hc.cu, mla_*.cu, rope.cu,
@@ -33,6 +34,59 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* ============ 0. workspace sizes, in every build ============ */
+/* The shapes that size the kernels' workspaces, and the byte counts made
+ * from them, compiled with or without CUDA: the kernels launch with these
+ * splits, and the memory plan (x4.h section 6b, lib/mem_plan.c) counts the
+ * same bytes on a machine with no device.  (lib/kern_ws.c) */
+enum {
+	X4K_HC_CW = 32,           /* columns of D a block when the gate is split */
+	X4K_HC_SPLIT_MAX_TOK = 8, /* up to this many tokens the gate is split */
+	X4K_MLA_MIN_SPAN = 32,    /* cache rows a decode split takes at least: one tile */
+	X4K_MLA_MAX_SPLIT = 64,   /* decode splits at most (kernels/mla_attn.cuh says why) */
+};
+/* Blocks the gate's projection is split over for n_tok tokens. */
+static inline int x4k_hc_nsplit(int D, int n_tok)
+{
+	return n_tok <= X4K_HC_SPLIT_MAX_TOK ? (D + X4K_HC_CW - 1) / X4K_HC_CW : 1;
+}
+/* Splits of the decode attention's grid, sized from max_ctx. */
+static inline int x4k_mla_nsplit(int max_ctx)
+{
+	int n = (max_ctx + X4K_MLA_MIN_SPAN - 1) / X4K_MLA_MIN_SPAN;
+	return n < 1 ? 1 : n > X4K_MLA_MAX_SPLIT ? X4K_MLA_MAX_SPLIT : n;
+}
+/* Tiles of the grouped MoE kernel at most: every tile holds at least one
+ * route, and an expert wastes at most one partial tile. */
+static inline int x4k_moe_max_tiles(int n_route, int n_expert, int tile)
+{
+	long long b = ((long long)n_route + tile - 1) / tile + n_expert;
+	return (int)(b < n_route ? b : n_route);
+}
+/* Routes per tile: 4 at decode sizes (a weight row is read once for a few
+ * tokens), 64 for prefill (a dequantized tile is reused across 64 routes). */
+int x4k_moe_tile(int n_tok, int k);
+/* The route table's workspace (x4k_moe_routes_init carves it). */
+size_t x4k_moe_routes_bytes(int n_tok, int k, int n_expert, int tile);
+/* Workspace of x4k_moe_experts: h [n_tok*k][f] and out [n_tok*k][d], fp32. */
+size_t x4k_moe_experts_workspace_bytes(int n_tok, int k, int d, int f);
+/* The hyper-connection's dimensions and constants (docs/forward.md 5.1), as plain
+ * values so that tests can make odd shapes. */
+typedef struct x4k_hc_cfg {
+	int n_hc;           /* streams, 1..4 */
+	int D;              /* one stream's width */
+	int iters;          /* Sinkhorn rounds */
+	float rms_eps;      /* of the unweighted RMS over n_hc*D */
+	float hc_eps;       /* Sinkhorn denominators only */
+	float clamp_min, clamp_max; /* comb logits */
+} x4k_hc_cfg;
+/* Coefficients per token: n_hc*(2+n_hc) floats, [pre | post | comb[dst][src]]. */
+#define X4K_HC_NCOEF(n_hc) ((n_hc) * (2 + (n_hc)))
+/* The gate's workspace for calls of up to n_tok tokens (x4k_hc_pre). */
+size_t x4k_hc_workspace_bytes(const x4k_hc_cfg *c, int n_tok);
+/* The decode attention's partial max/sum/accumulators (x4k_mla_decode). */
+size_t x4k_mla_decode_workspace_bytes(int n_head, int kv_lora, int max_ctx);
 
 #ifdef X4K_HAVE_CUDA
 /* Programmatic dependent launch for the decode step's kernels (compute
@@ -100,10 +154,7 @@ typedef struct x4k_moe_routes {
 	float *score;         /* [n_tok][n_expert] router sigmoids (scratch) */
 } x4k_moe_routes;
 
-/* Routes per tile: 4 at decode sizes (a weight row is read once for a few
- * tokens), 64 for prefill (a dequantized tile is reused across 64 routes). */
-int x4k_moe_tile(int n_tok, int k);
-size_t x4k_moe_routes_bytes(int n_tok, int k, int n_expert, int tile);
+/* (x4k_moe_tile and x4k_moe_routes_bytes are in section 0.) */
 /* Carve r's arrays out of ws (device, x4k_moe_routes_bytes large). */
 int x4k_moe_routes_init(x4k_moe_routes *r, void *ws, size_t ws_bytes, int n_tok,
 			int k, int n_expert, int tile, x4_err *e);
@@ -129,8 +180,6 @@ int x4k_moe_router_table(const x4k_moe_routes *r, const float *x, int d, const f
  * on sel.  An expert id outside [0, n_expert) is dropped. */
 int x4k_moe_route_table(const x4k_moe_routes *r, cudaStream_t s, x4_err *e);
 
-/* Workspace of x4k_moe_experts: h [n_tok*k][f] and out [n_tok*k][d], fp32. */
-size_t x4k_moe_experts_workspace_bytes(int n_tok, int k, int d, int f);
 /* The routed experts, one grouped launch per projection for every route:
  * gate and up (w: [n_expert][f][d] each) with the SwiGLU product kept fp32,
  * then down ([n_expert][d][f]) writing route t*k+s's output to row t*k+s of
@@ -158,18 +207,7 @@ int x4k_moe_reduce(const x4k_moe_routes *r, const float *out, const float *share
  * decode step.  The KV cache of one layer is max_ctx rows of
  * cw = kv_lora + d_rope fp16 values (uint16_t bits): [c_kv normed | k_r roped]. */
 
-/* The hyper-connection's dimensions and constants (docs/forward.md 5.1), as plain
- * values so that tests can make odd shapes. */
-typedef struct x4k_hc_cfg {
-	int n_hc;           /* streams, 1..4 */
-	int D;              /* one stream's width */
-	int iters;          /* Sinkhorn rounds */
-	float rms_eps;      /* of the unweighted RMS over n_hc*D */
-	float hc_eps;       /* Sinkhorn denominators only */
-	float clamp_min, clamp_max; /* comb logits */
-} x4k_hc_cfg;
-/* Coefficients per token: n_hc*(2+n_hc) floats, [pre | post | comb[dst][src]]. */
-#define X4K_HC_NCOEF(n_hc) ((n_hc) * (2 + (n_hc)))
+/* (x4k_hc_cfg is in section 0.) */
 
 #ifdef X4K_HAVE_CUDA
 /* H[t][s][:] = bf16 row ids[t] of emb ([n_vocab][D]), widened, for every
@@ -207,8 +245,8 @@ int x4k_head(int n_tok, int n_hc, int D, const float *H, const float *gain, floa
  * kernel splits a few tokens' projection across blocks, the last block to
  * finish doing the coefficients and the collapse; ws (x4k_hc_workspace_bytes
  * for at least n_tok) must be zeroed once after allocation, and every call
- * leaves it zeroed again.  Calls sharing one ws must be on one stream. */
-size_t x4k_hc_workspace_bytes(const x4k_hc_cfg *c, int n_tok);
+ * leaves it zeroed again.  Calls sharing one ws must be on one stream.
+ * (x4k_hc_workspace_bytes is in section 0.) */
 int x4k_hc_pre(const x4k_hc_cfg *c, int n_tok, const float *H, const uint16_t *fn,
 	       const float *base, const float *scale, const float *y_prev,
 	       const float *coef_prev, float *H_out, float *x, float *coef, bool eager,
@@ -277,8 +315,8 @@ int x4k_mla_expand_v(int n_tok, int n_head, int kv_lora, int d_v, const uint16_t
  * (flash-decoding): the grid is sized from max_ctx on the host, the spans
  * from *pos on the device; partial max/sum/accumulators go to ws
  * (x4k_mla_decode_workspace_bytes) and a second kernel combines them.
- * kv_lora <= 512, cw <= 1024, both even. */
-size_t x4k_mla_decode_workspace_bytes(int n_head, int kv_lora, int max_ctx);
+ * kv_lora <= 512, cw <= 1024, both even.  (x4k_mla_decode_workspace_bytes
+ * is in section 0.) */
 int x4k_mla_decode(int n_head, int kv_lora, int d_rope, const float *qt, const uint16_t *cache,
 		   int max_ctx, const int *pos, float kq_scale, float *ob, void *ws,
 		   size_t ws_bytes, cudaStream_t s, x4_err *e);
