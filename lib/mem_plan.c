@@ -74,7 +74,7 @@ uint64_t x4_mem_weight_bytes(const x4_model *m)
 {
 	uint64_t n = placed(m->token_embd) + placed(m->output_norm) + placed(m->output);
 	for (int b = 0; b < m->c.n_block; b++) {
-#define X4_COUNT_(f) n += placed(m->blk[b].f);
+#define X4_COUNT_(f, ...) n += placed(m->blk[b].f);
 		X4_BLOCK_TENSORS(X4_COUNT_)
 #undef X4_COUNT_
 	}

@@ -19,7 +19,8 @@
  * HCD n_hc * n_embd, NC n_hc * (2 + n_hc), FF n_ff, E n_expert, FE
  * n_ff_exp, FS n_ff_exp * expert_shared_count, 3 and 1 themselves).  In
  * file order.  x4_layout, the binding (lib/model.c), x4_block_w, the
- * device copy x4_block_dev and its upload (lib/trunk_cuda.c) come from it. */
+ * device copy x4_block_dev, its upload (lib/trunk_cuda.c) and the memory
+ * plan's count of it (lib/mem_plan.c) come from it. */
 #define X4_BLOCK_TENSORS(X)                                                             \
 	X(attn_norm, "attn_norm.weight", ALL, F32, 1, D, 1, 1)                          \
 	X(attn_q_a, "attn_q_a.weight", ALL, BF16, 2, D, QL, 1)                          \
@@ -68,16 +69,6 @@ struct x4_model {
 	x4_block_w *blk;        /* [c.n_block] */
 	char fingerprint[17];
 };
-
-/* Every field of x4_block_w that is a tensor, once, so that binding,
- * uploading and the memory plan's count (lib/mem_plan.c) walk the same list. */
-#define X4_BLOCK_TENSORS(X)                                                            \
-	X(attn_norm) X(attn_q_a) X(attn_q_a_norm) X(attn_q_b) X(attn_kv_a_mqa)         \
-	X(attn_kv_a_norm) X(attn_k_b) X(attn_v_b) X(attn_output) X(hc_attn_fn)         \
-	X(hc_attn_base) X(hc_attn_scale) X(hc_ffn_fn) X(hc_ffn_base) X(hc_ffn_scale)   \
-	X(ffn_norm) X(ffn_gate) X(ffn_up) X(ffn_down) X(ffn_gate_inp) X(exp_probs_b)   \
-	X(ffn_gate_exps) X(ffn_up_exps) X(ffn_down_exps) X(ffn_gate_shexp)             \
-	X(ffn_up_shexp) X(ffn_down_shexp)
 
 /* The CUDA trunk's activations of one chunk of up to T tokens, carved out
  * of one device allocation (256-byte aligned pieces; x4k_moe_routes_init
