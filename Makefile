@@ -59,8 +59,10 @@ else
   CU_SRC :=
 endif
 
-LIB_SRC  := $(wildcard lib/*.c lib/ref/*.c)
-LIB_ASM  := $(wildcard lib/*.S)
+# lib/ holds the public header (x4.h) and the internal ones; each part's
+# sources are a folder of their own (README: the library's parts).
+LIB_SRC  := $(wildcard lib/*/*.c)
+LIB_ASM  := $(wildcard lib/*/*.S)
 LIB_OBJ  := $(LIB_SRC:%.c=build/%.o) $(LIB_ASM:%.S=build/%.o) $(CU_SRC:%.cu=build/%.o)
 CMD_SRC  := $(wildcard cmd/x4-*.c)
 TOOLS    := $(CMD_SRC:cmd/%.c=bin/%)
@@ -77,8 +79,8 @@ all: build/libx4.a $(TOOLS) tiny
 # The commit goes into err.o alone, rebuilt when build/commit.txt changes
 # (rewritten only when `git describe` gives something new).
 $(shell mkdir -p build && (echo '$(COMMIT)' | cmp -s - build/commit.txt || echo '$(COMMIT)' >build/commit.txt))
-build/lib/err.o: build/commit.txt
-build/lib/err.o: X4_CFLAGS += -DX4_COMMIT='"$(COMMIT)"'
+build/lib/util/err.o: build/commit.txt
+build/lib/util/err.o: X4_CFLAGS += -DX4_COMMIT='"$(COMMIT)"'
 
 # The flags too: every object depends on build/flags.txt, rewritten only
 # when the compilers, the flags or CUDA_ARCH differ from the last build's,
@@ -165,8 +167,8 @@ FUZZ_SECONDS ?= 60
 fuzz: build/fuzz_gguf
 	mkdir -p build/fuzz-corpus
 	build/fuzz_gguf -max_total_time=$(FUZZ_SECONDS) -max_len=65536 build/fuzz-corpus tests/fuzz-seeds
-FUZZ_SRC := $(wildcard lib/gguf*.c) lib/err.c lib/quant.c
-build/fuzz_gguf: tests/fuzz_gguf.c $(FUZZ_SRC) $(wildcard lib/gguf*.h) lib/x4.h lib/x4_int.h
+FUZZ_SRC := $(wildcard lib/gguf/*.c) lib/util/err.c lib/quant/quant.c
+build/fuzz_gguf: tests/fuzz_gguf.c $(FUZZ_SRC) lib/gguf_int.h lib/blockfmt.h lib/x4.h lib/x4_int.h
 	@mkdir -p $(@D)
 	clang -g -O1 -std=c11 -D_GNU_SOURCE -Ilib -fsanitize=fuzzer,address,undefined \
 	  tests/fuzz_gguf.c $(FUZZ_SRC) -o $@ -lm
@@ -183,13 +185,13 @@ HAVE_ZLIB := $(shell printf '\043include <zlib.h>\n' | $(CC) -E - >/dev/null 2>&
 PROF_LIBS :=
 PROF_SKIPPED :=
 ifneq ($(CUPTI_INC),)
-  build/lib/prof_cupti.o: X4_CFLAGS += -DX4_HAVE_CUPTI -I$(CUPTI_INC)
+  build/lib/prof/prof_cupti.o: X4_CFLAGS += -DX4_HAVE_CUPTI -I$(CUPTI_INC)
   PROF_LIBS += -L$(CUPTI_LIBDIR) -Wl,-rpath,$(CUPTI_LIBDIR) -lcupti
 else
   PROF_SKIPPED += CUPTI (x4-profile --device cuda:N)
 endif
 ifeq ($(HAVE_ZLIB),yes)
-  build/lib/trace.o: X4_CFLAGS += -DX4_HAVE_ZLIB
+  build/lib/prof/trace.o: X4_CFLAGS += -DX4_HAVE_ZLIB
   PROF_LIBS += -lz
 else
   PROF_SKIPPED += zlib (x4-profile --trace FILE.gz; apt-get install zlib1g-dev)

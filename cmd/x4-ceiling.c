@@ -2,7 +2,7 @@
  * x4-ceiling - the longest context a card takes, predicted from the memory
  * plan and, on a GPU, measured.
  *
- * The plan (lib/mem_plan.c, x4.h section 6b) is the arithmetic the CUDA
+ * The plan (lib/cuda/mem_plan.c, x4.h section 6b) is the arithmetic the CUDA
  * trunk sizes its allocations and makes its refusals with: the weights as
  * uploaded, the fp16 cache for a context, the workspaces of a prefill chunk,
  * a reserve.  On a GPU this tool measures the device memory a prefill chunk

@@ -4,7 +4,7 @@
  * Prefills a fixed sequence of token ids to the context asked for, runs
  * decode steps as x4-run runs them (x4_trunk_forward_next with one token,
  * graphed unless --graph off), first unprofiled and timed by the host, then
- * again with the library's profiler attached (lib/prof.c: CUPTI's activity
+ * again with the library's profiler attached (lib/prof/prof.c: CUPTI's activity
  * records on a GPU, wall-clock timers around each operation on the CPU),
  * and prints one TSV table: a row per kernel, a row per sublayer class, and
  * rows for the step as a whole.  A profiled run is not a speed; the

@@ -1,6 +1,6 @@
 /*
  * x4-run - generate text from a xing4_0 checkpoint: a thin tool over the
- * library's generation session (lib/session.c).
+ * library's generation session (lib/run/session.c).
  *
  * Tokens stream to stdout as they are produced; the statistics go to
  * stderr so that stdout is the text and nothing else.  The first decode

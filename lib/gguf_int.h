@@ -1,6 +1,6 @@
 /*
- * gguf_int.h - what the GGUF reader (lib/gguf.c, which parses and checks)
- * and its getters (lib/gguf_get.c, which convert and name type mismatches)
+ * gguf_int.h - what the GGUF reader (lib/gguf/gguf.c, which parses and checks)
+ * and its getters (lib/gguf/gguf_get.c, which convert and name type mismatches)
  * share: the parsed handle.  Every field here has been checked against the
  * file by the time a getter sees it.
  */

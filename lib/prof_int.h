@@ -1,5 +1,5 @@
 /*
- * prof_int.h - the profiler's state (lib/prof.c, prof_hook.c, prof_cupti.c,
+ * prof_int.h - the profiler's state (lib/prof/prof.c, prof_hook.c, prof_cupti.c,
  * trace.c) and the hooks the trunks call as they enqueue each operation.
  *
  * A trunk holds `x4_prof *prof`, NULL unless x4_prof_attach set it, so a
@@ -10,7 +10,7 @@
  *     that its kernels read different parts (the routed experts' gate/up
  *     launch and down launch), else one figure for the whole operation.
  * On the GPU the mark is the "current operation" that CUPTI's launch
- * callback (lib/prof_cupti.c) ties each kernel launch to, and a graph's
+ * callback (lib/prof/prof_cupti.c) ties each kernel launch to, and a graph's
  * capture is where a replayed step's kernels learn their operations.  On
  * the CPU a mark closes the previous operation's wall-clock event and opens
  * the next one.
@@ -185,7 +185,7 @@ static inline void x4_prof_graph(x4_prof *p, cudaGraph_t g)
 }
 #endif
 
-/* ---- the CUPTI side (lib/prof_cupti.c) ---- */
+/* ---- the CUPTI side (lib/prof/prof_cupti.c) ---- */
 int x4_prof_cupti_start(x4_prof *p, x4_err *e);
 /* Flush every record (after a device synchronisation) and stop. */
 int x4_prof_cupti_stop(x4_prof *p, x4_err *e);

@@ -1,5 +1,5 @@
 /*
- * tok_int.h - what lib/spm.c, lib/tok*.c and lib/chat.c share: the embedded
+ * tok_int.h - what lib/tok/spm.c, lib/tok*.c and lib/tok/chat.c share: the embedded
  * Mistral v3 model, the parts of SentencePiece's ModelProto x4 reads, and
  * the tokenizer's tables.
  */
@@ -8,7 +8,7 @@
 
 #include "x4_int.h"
 
-/* lib/tok_data.S */
+/* lib/tok/tok_data.S */
 extern const unsigned char x4_tok_mistral_v3[];
 extern const uint64_t x4_tok_mistral_v3_len;
 
@@ -50,7 +50,7 @@ void x4_spm_free(x4_spm *m);
 int x4_spm_write(const x4_spm *base, const x4_vocab *v, unsigned char **out,
 		 size_t *out_len, x4_err *e);
 
-/* A growing array of token ids (lib/tok.c). */
+/* A growing array of token ids (lib/tok/tok.c). */
 typedef struct x4_ids {
 	int32_t *v;
 	size_t n, cap;
@@ -63,8 +63,8 @@ int x4_ids_push(x4_ids *a, int32_t id); /* 0, or -1 out of memory */
 int x4_tok_encode_text(const x4_tokenizer *t, const char *s, size_t n,
 		       bool dummy_prefix, x4_ids *out);
 
-/* ---- the tokenizer itself: built by lib/tok_load.c, used by the encoder
- * (lib/tok.c) and the decoder (lib/tok_decode.c) ---- */
+/* ---- the tokenizer itself: built by lib/tok/tok_load.c, used by the encoder
+ * (lib/tok/tok.c) and the decoder (lib/tok/tok_decode.c) ---- */
 
 /* Open addressing; a slot keeps the piece's hash so that a probe rarely
  * touches the piece itself (measured: the lookups are most of encoding). */

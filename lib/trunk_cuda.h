@@ -1,7 +1,7 @@
 /*
  * trunk_cuda.h - the CUDA trunk's state, shared by its two files:
- * lib/trunk_cuda.c (device, upload, memory plan, create/free) and
- * lib/trunk_cuda_fwd.c (the forward pass and the probe).  Seen by those two
+ * lib/cuda/trunk_cuda.c (device, upload, memory plan, create/free) and
+ * lib/cuda/trunk_cuda_fwd.c (the forward pass and the probe).  Seen by those two
  * only.
  */
 #ifndef X4_TRUNK_CUDA_H

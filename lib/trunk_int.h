@@ -1,5 +1,5 @@
 /*
- * trunk_int.h - what lib/model.c binds and the trunks (CPU and CUDA) read,
+ * trunk_int.h - what lib/model/model.c binds and the trunks (CPU and CUDA) read,
  * plus the CPU trunk's pieces that tests/test_trunk.c checks one by one.
  * Only lib/ and tests/ include this.
  */
@@ -13,14 +13,14 @@
  * and NextN blocks; HC: trunk blocks; DENSE: blocks below n_dense; MOE:
  * the MoE blocks, NextN included; SHEXP: those, when expert_shared_count >
  * 0), its role (enum x4_role: the released type and the types taken
- * instead) and its shape in ggml order from the configuration (lib/layout.c
+ * instead) and its shape in ggml order from the configuration (lib/model/layout.c
  * resolves the symbols: D n_embd, QL q_lora, HQK n_head * d_qk, KVR kv_lora
  * + d_rope, KV kv_lora, NOPE d_nope, DV d_v, H n_head, HDV n_head * d_v,
  * HCD n_hc * n_embd, NC n_hc * (2 + n_hc), FF n_ff, E n_expert, FE
  * n_ff_exp, FS n_ff_exp * expert_shared_count, 3 and 1 themselves).  In
- * file order.  x4_layout, the binding (lib/model.c), x4_block_w, the
- * device copy x4_block_dev, its upload (lib/trunk_cuda.c) and the memory
- * plan's count of it (lib/mem_plan.c) come from it. */
+ * file order.  x4_layout, the binding (lib/model/model.c), x4_block_w, the
+ * device copy x4_block_dev, its upload (lib/cuda/trunk_cuda.c) and the memory
+ * plan's count of it (lib/cuda/mem_plan.c) come from it. */
 #define X4_BLOCK_TENSORS(X)                                                             \
 	X(attn_norm, "attn_norm.weight", ALL, F32, 1, D, 1, 1)                          \
 	X(attn_q_a, "attn_q_a.weight", ALL, BF16, 2, D, QL, 1)                          \
@@ -72,7 +72,7 @@ struct x4_model {
 
 /* The CUDA trunk's activations of one chunk of up to T tokens, carved out
  * of one device allocation (256-byte aligned pieces; x4k_moe_routes_init
- * wants it).  Declared in every build: the memory plan (lib/mem_plan.c)
+ * wants it).  Declared in every build: the memory plan (lib/cuda/mem_plan.c)
  * counts the bytes of the same layout without a device. */
 typedef struct x4_cuda_ws {
 	float *H, *Hn;       /* [T][n_hc][D] the streams, and the update's target */
@@ -104,16 +104,16 @@ typedef struct x4_cuda_ws {
 /* Bytes of the CUDA trunk's workspace for chunks of up to T tokens with a
  * cache of max_ctx positions; with base set, also carve w's pointers out of
  * it (base NULL: only count).  The one layout the trunk places by and the
- * plan counts by (lib/mem_plan.c). */
+ * plan counts by (lib/cuda/mem_plan.c). */
 size_t x4_cuda_ws_layout(const x4_config *c, int max_ctx, int T, char *base, x4_cuda_ws *w);
 
-/* ---- the trunk backends behind lib/trunk.c ---- */
+/* ---- the trunk backends behind lib/run/trunk.c ---- */
 
 /* The cache's positions for o (NULL: the defaults): o->max_ctx, else
  * min(the trained context, X4_DEFAULT_CTX). */
 int x4_trunk_opts_ctx(const x4_model *m, const x4_trunk_opts *o);
 
-/* The options and a forward's arguments arrive checked by lib/trunk.c
+/* The options and a forward's arguments arrive checked by lib/run/trunk.c
  * (max_ctx resolved). */
 typedef struct x4_trunk_cpu x4_trunk_cpu;
 int x4_trunk_cpu_create(x4_trunk_cpu **t, const x4_model *m, const x4_trunk_opts *o, x4_err *e);
@@ -131,9 +131,9 @@ void x4_trunk_cpu_cache_read(const x4_trunk_cpu *t, int n, void *rows);
 /* Write rows [0, n) and set the length to n. */
 void x4_trunk_cpu_cache_write(x4_trunk_cpu *t, int n, const void *rows);
 
-/* The CUDA trunk (lib/trunk_cuda.c): the same contract as the
+/* The CUDA trunk (lib/cuda/trunk_cuda.c): the same contract as the
  * public x4_trunk_* functions, with the options and a forward's arguments
- * already checked by lib/trunk.c (max_ctx resolved); create returns
+ * already checked by lib/run/trunk.c (max_ctx resolved); create returns
  * X4_ECUDA in a build without CUDA. */
 typedef struct x4_trunk_cuda x4_trunk_cuda;
 int x4_trunk_cuda_create(x4_trunk_cuda **t, const x4_model *m, const x4_trunk_opts *o,
@@ -157,15 +157,15 @@ uint64_t x4_trunk_cuda_row_bytes(const x4_trunk_cuda *t);
 int x4_trunk_cuda_cache_read(x4_trunk_cuda *t, int n, void *rows, x4_err *e);
 int x4_trunk_cuda_cache_write(x4_trunk_cuda *t, int n, const void *rows, x4_err *e);
 /* The backend a trunk holds (NULL for the other), for the profiler's hooks
- * (lib/prof.c). */
+ * (lib/prof/prof.c). */
 x4_trunk_cpu *x4_trunk_cpu_part(x4_trunk *t);
 x4_trunk_cuda *x4_trunk_cuda_part(x4_trunk *t);
 
-/* ---- the prefix store (lib/prefix.c) and what it asks of the trunk ---- */
+/* ---- the prefix store (lib/run/prefix.c) and what it asks of the trunk ---- */
 
 /* What makes two trunks' cache rows interchangeable: rows saved from one
  * may be restored into the other and continue exactly the computation the
- * first would have made (lib/prefix.c says why each field is here, and why
+ * first would have made (lib/run/prefix.c says why each field is here, and why
  * max_ctx, the chunk, the threads, the graph and pdl are not).  Filled by
  * x4_trunk_cache_key only (zeroed first, so two keys compare with memcmp;
  * copy one with memcpy, which keeps its padding zero). */
@@ -226,9 +226,9 @@ int x4_pool_size(const x4_pool *p);
 void x4_pool_run(x4_pool *p, int64_t n, void (*fn)(void *arg, int64_t i, int worker),
 		 void *arg);
 
-/* ---- the CPU trunk's state (lib/trunk_cpu.c), shared by its two
- * arithmetic instances lib/trunk_cpu_f32.c and lib/trunk_cpu_f64.c, which
- * compile one body (lib/trunk_cpu_tmpl.h) with float and with double ---- */
+/* ---- the CPU trunk's state (lib/cpu/trunk_cpu.c), shared by its two
+ * arithmetic instances lib/cpu/trunk_cpu_f32.c and lib/cpu/trunk_cpu_f64.c, which
+ * compile one body (lib/cpu/trunk_cpu_tmpl.h) with float and with double ---- */
 
 struct x4_trunk_cpu {
 	const x4_model *m;

@@ -10,19 +10,19 @@
  * Kernel launchers live behind lib/x4_kern.h, which only lib/ and tests/ see.
  *
  * Sections (and the files that implement each):
- *   1. errors and version      (lib/err.c)
- *   2. block formats           (lib/quant.c)
- *   3. GGUF reader and writer  (lib/gguf.c, lib/gguf_get.c, lib/gguf_write.c)
- *   4. model config, binding   (lib/model.c)
- *   5. tokenizer and chat      (lib/tok*.c, lib/spm.c, lib/chat.c)
- *   6. trunk (CPU and CUDA)    (lib/trunk_cpu.c, lib/trunk_cuda.c)
- *  6b. the memory plan         (lib/mem_plan.c)
- *   7. sampling                (lib/sample.c)
- *  7b. the generation session  (lib/session.c)
- *  7c. the prefix store        (lib/prefix.c)
- *   8. utilities               (lib/util.c)
- *   9. npy writer, MoE replay  (lib/npy.c, lib/replay.c)
- *  10. profiling              (lib/prof*.c, lib/trace.c)
+ *   1. errors and version      (lib/util/err.c)
+ *   2. block formats           (lib/quant/quant.c)
+ *   3. GGUF reader and writer  (lib/gguf/gguf.c, lib/gguf/gguf_get.c, lib/gguf/gguf_write.c)
+ *   4. model config, binding   (lib/model/model.c)
+ *   5. tokenizer and chat      (lib/tok*.c, lib/tok/spm.c, lib/tok/chat.c)
+ *   6. trunk (CPU and CUDA)    (lib/cpu/trunk_cpu.c, lib/cuda/trunk_cuda.c)
+ *  6b. the memory plan         (lib/cuda/mem_plan.c)
+ *   7. sampling                (lib/run/sample.c)
+ *  7b. the generation session  (lib/run/session.c)
+ *  7c. the prefix store        (lib/run/prefix.c)
+ *   8. utilities               (lib/util/util.c)
+ *   9. npy writer, MoE replay  (lib/util/npy.c, lib/model/replay.c)
+ *  10. profiling              (lib/prof*.c, lib/prof/trace.c)
  */
 #ifndef X4_H
 #define X4_H
@@ -295,14 +295,14 @@ int x4_layout(const x4_config *c, x4_tensor_spec **out, int *n, x4_err *e);
 /* Declare every key x4_config_read reads (general.architecture, the
  * xing4_0.* keys of docs/gguf.md 4 with the clamp extension, and the
  * tokenizer's bos/eos/unknown ids) on a writer; errors surface at
- * x4_gguf_writer_begin_data like any declaration's.  (lib/layout.c) */
+ * x4_gguf_writer_begin_data like any declaration's.  (lib/model/layout.c) */
 int x4_config_write(x4_gguf_writer *w, const x4_config *c);
 
 /* One decode token's weight bytes (docs/record.md 1), from a tensor list:
  * the file's own directory or x4_layout's.  Rows as docs/record.md 1
  * counts them; misc_record is every F32 tensor, every hc_*_fn and one
  * embedding row (it includes the NextN block's router and norms), while
- * misc_trunk is strictly what a trunk token reads.  (lib/inspect.c) */
+ * misc_trunk is strictly what a trunk token reads.  (lib/model/inspect.c) */
 typedef struct x4_decode_bytes {
 	uint64_t attn;        /* BF16 attention, all trunk blocks */
 	uint64_t routed;      /* routed experts, k of E, MoE trunk blocks */
@@ -316,11 +316,11 @@ typedef struct x4_decode_bytes {
 int x4_decode_bytes_count(const x4_config *c, const x4_tensor_spec *t, int n,
 			  x4_decode_bytes *out, x4_err *e);
 /* A file's tensor directory as specs (block parsed from "blk.N."), in file
- * order, so it compares with x4_layout's; *out is malloc'd.  (lib/inspect.c) */
+ * order, so it compares with x4_layout's; *out is malloc'd.  (lib/model/inspect.c) */
 int x4_tensor_specs_from_gguf(const x4_gguf *g, x4_tensor_spec **out, int *n,
 			      x4_err *e);
 
-/* Synthetic weights (lib/synth.c), drawn directly as codes and scales so
+/* Synthetic weights (lib/model/synth.c), drawn directly as codes and scales so
  * that activations behave like a trained model's (O(1) after every norm,
  * unsaturated hyper-connection gates, a router whose choice varies). */
 typedef struct x4_synth_loud {
@@ -370,7 +370,7 @@ typedef struct x4_vocab {
 } x4_vocab;
 /* n_vocab >= 32768 (the base vocabulary); ids 32768.. are <_reserved_ID>,
  * type UNUSED, score 0.  The chat markers are CONTROL: plain text that spells
- * one is encoded as text, as sentencepiece does (see lib/spm.c). */
+ * one is encoded as text, as sentencepiece does (see lib/tok/spm.c). */
 int x4_vocab_xing4(int n_vocab, x4_vocab *v, x4_err *e);
 void x4_vocab_free(x4_vocab *v);
 
@@ -554,8 +554,8 @@ typedef void (*x4_probe_fn)(void *ctx, const x4_probe_row *row);
 void x4_trunk_set_probe(x4_trunk *t, x4_probe_fn fn, void *ctx);
 
 /* What a trunk holds, so that a tool can print "loaded N GiB in S s (G GB/s)"
- * (the library itself never prints).  Filled by lib/trunk_cuda.c on a GPU and
- * by lib/trunk.c on the CPU: the CPU reads the mapping, so its load_s and
+ * (the library itself never prints).  Filled by lib/cuda/trunk_cuda.c on a GPU and
+ * by lib/run/trunk.c on the CPU: the CPU reads the mapping, so its load_s and
  * resident_bytes are 0. */
 typedef struct x4_trunk_stats {
 	double load_s;           /* seconds create spent uploading the weights */
@@ -568,7 +568,7 @@ typedef struct x4_trunk_stats {
 } x4_trunk_stats;
 int x4_trunk_get_stats(const x4_trunk *t, x4_trunk_stats *s);
 
-/* ===================== 6b. the memory plan (lib/mem_plan.c) ===================== */
+/* ===================== 6b. the memory plan (lib/cuda/mem_plan.c) ===================== */
 
 /* What the CUDA trunk places on a card, computed from the model's shapes
  * and the options alone, with no device (docs/record.md 5): the weights as
@@ -690,7 +690,7 @@ int x4_trunk_forward_next(x4_trunk *t, const int32_t *ids, int n, x4_sampler *sm
  * is not finite; names x4-walk-residual as the way to find the block. */
 int x4_err_nonfinite_logits(x4_err *e, int pos);
 
-/* ===================== 7b. the generation session (lib/session.c) ===================== */
+/* ===================== 7b. the generation session (lib/run/session.c) ===================== */
 
 /* A model opened once on the CPU or a GPU, then any number of requests run
  * on it, one at a time.  Each request starts from a reset cache (two
@@ -810,7 +810,7 @@ int x4_session_tokenize(x4_session *s, const x4_request *r, int32_t **ids, size_
  * X4_ENUMERIC; what was generated before it is in st. */
 int x4_session_generate(x4_session *s, const x4_request *r, x4_gen_stats *st, x4_err *e);
 
-/* ===================== 7c. the prefix store (lib/prefix.c) ===================== */
+/* ===================== 7c. the prefix store (lib/run/prefix.c) ===================== */
 
 /* Cache rows of requests already served, kept under an LRU byte budget so
  * that a request sharing a prefix with one of them forwards only the rest
@@ -818,7 +818,7 @@ int x4_session_generate(x4_session *s, const x4_request *r, x4_gen_stats *st, x4
  * ids and by the trunk options that change the rows' values or layout (the
  * checkpoint, the device, resid, sublayer, prec, the cache's rounding, the
  * GPU's hc_eager; not max_ctx, threads, the chunk, the graph or pdl: see
- * lib/trunk.c); rows are held in host memory.  An entry costs n positions
+ * lib/run/trunk.c); rows are held in host memory.  An entry costs n positions
  * * (x4_trunk_cache_row_bytes + 4) bytes; one larger than the budget is not
  * kept; an entry whose ids begin another's replaces it.  Not thread-safe:
  * one session uses it at a time. */
@@ -872,7 +872,7 @@ const char *x4_resid_name(int resid);
 int x4_fingerprint(const char *path, bool full, char out[17], x4_err *e);
 
 /* ===================== 9. npy writer and MoE replay ===================== */
-/* (lib/npy.c, lib/replay.c: for x4-run --dump-logits and x4-walk-residual) */
+/* (lib/util/npy.c, lib/model/replay.c: for x4-run --dump-logits and x4-walk-residual) */
 
 /* A float32 2-D NumPy array [rows][cols] written a row batch at a time to
  * a temporary file beside path; close() writes the final row count into the
@@ -913,8 +913,8 @@ int x4_moe_replay_block(const x4_model *m, int block, const float *x_hat,
 			const int *force, x4_moe_replay *r, double *y, x4_err *e);
 
 /* ===================== 10. profiling ===================== */
-/* (lib/prof.c, lib/prof_hook.c, lib/prof_cupti.c, lib/prof_ceiling.c,
- * lib/trace.c: for x4-profile)
+/* (lib/prof/prof.c, lib/prof/prof_hook.c, lib/prof/prof_cupti.c, lib/prof/prof_ceiling.c,
+ * lib/prof/trace.c: for x4-profile)
  *
  * Where a step's time goes, kernel by kernel.  On the GPU every kernel's
  * device start and end comes from CUPTI's activity records, which work

@@ -23,7 +23,7 @@ void *x4_calloc(size_t n, size_t size, const char *what, x4_err *e);
 
 /* 0 if s[0..n) is one JSON value (RFC 8259) with nothing but white space
  * around it; else -1 with the byte offset where it stops being JSON and
- * why (lib/json.c). */
+ * why (lib/util/json.c). */
 int x4_json_check(const char *s, size_t n, size_t *at, const char **why);
 
 /* 64-bit mixing hash used by the fingerprint (seeded, streaming). */

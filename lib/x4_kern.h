@@ -13,13 +13,13 @@
  * Activations are fp32 in and out, and every accumulation is fp32.
  *
  * Sections (and the files that implement each):
- *   0. workspace sizes, in every build (lib/kern_ws.c)
+ *   0. workspace sizes, in every build (lib/cuda/kern_ws.c)
  *   1. quantized products and the MoE  (kernels/gemv_quant.cu, gemm_quant.cu,
  *      swiglu.cu, moe_router.cu, moe_experts.cu)
  *   2. attention, rope, hyper-connection, norms (kernels/hc.cu, mla_*.cu, rope.cu,
  *      kv_store.cu, norm.cu, embed.cu, head.cu, narrow.cu, sample.cu)
  *   3. ref: plain-C references (lib/ref/)
- *   4. the streaming-read ceiling (kernels/stream_read.cu, for lib/prof_ceiling.c)
+ *   4. the streaming-read ceiling (kernels/stream_read.cu, for lib/prof/prof_ceiling.c)
  */
 #ifndef X4_KERN_H
 #define X4_KERN_H
@@ -38,8 +38,8 @@ extern "C" {
 /* ============ 0. workspace sizes, in every build ============ */
 /* The shapes that size the kernels' workspaces, and the byte counts made
  * from them, compiled with or without CUDA: the kernels launch with these
- * splits, and the memory plan (x4.h section 6b, lib/mem_plan.c) counts the
- * same bytes on a machine with no device.  (lib/kern_ws.c) */
+ * splits, and the memory plan (x4.h section 6b, lib/cuda/mem_plan.c) counts the
+ * same bytes on a machine with no device.  (lib/cuda/kern_ws.c) */
 enum {
 	X4K_HC_CW = 32,           /* columns of D a block when the gate is split */
 	X4K_HC_SPLIT_MAX_TOK = 8, /* up to this many tokens the gate is split */
@@ -384,7 +384,7 @@ double x4r_rng_uniform(uint64_t seed, uint64_t counter);
 int32_t x4r_sample(int n_vocab, const float *logits, float temperature, int top_k,
 		   float top_p, uint64_t seed, uint64_t counter, unsigned char *kept);
 /* The same rule over a caller's scratch of x4r_sample_scratch_bytes(n_vocab)
- * bytes: the host sampler (lib/sample.c) draws with it, so the CPU and the
+ * bytes: the host sampler (lib/run/sample.c) draws with it, so the CPU and the
  * GPU pick by one rule.  Returns -1 (x4r_sample only) when out of memory. */
 size_t x4r_sample_scratch_bytes(int n_vocab);
 int32_t x4r_sample_ws(int n_vocab, const float *logits, float temperature, int top_k,

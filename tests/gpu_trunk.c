@@ -15,7 +15,7 @@
  *   - the load statistics are filled;
  *   - programmatic dependent launch on gives the same tokens and bits;
  *   - cache rows read and restored into another trunk (the prefix store,
- *     lib/prefix.c): the continuation gives the saved trunk's logits bit
+ *     lib/run/prefix.c): the continuation gives the saved trunk's logits bit
  *     for bit, a fresh whole prefill's within the fp32-paths bound, and
  *     sampled tokens as a fresh trunk's (the sampler's counter restarts).
  * Usage: build/tests/gpu_trunk [MODEL] (default build/models/tiny), from the

@@ -1,5 +1,5 @@
 /*
- * test_mem.c - the memory plan (x4.h section 6b, lib/mem_plan.c) without a
+ * test_mem.c - the memory plan (x4.h section 6b, lib/cuda/mem_plan.c) without a
  * device: the cache and a chunk token's workspace of the released shape
  * against figures counted by hand from docs/forward.md's widths, the
  * weights of the tiny checkpoint counted from its file, its bound model and

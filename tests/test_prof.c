@@ -1,5 +1,5 @@
 /*
- * test_prof.c - the profiler's tabulation (lib/prof.c) on records made by
+ * test_prof.c - the profiler's tabulation (lib/prof/prof.c) on records made by
  * hand, so that the GPU side's matching runs without a GPU: a graph's
  * replays against the operations of its capture, eager launches by
  * correlation id (the runtime's and the driver's beneath it), the bytes of

@@ -1,5 +1,5 @@
 /*
- * test_quant.c - the block formats (lib/quant.c): type traits, fp16/bf16
+ * test_quant.c - the block formats (lib/quant/quant.c): type traits, fp16/bf16
  * conversion edge cases, hand-built blocks with hand-computed values,
  * round-trip error bounds on gaussian data, and the IQ4_NL/Q6_K scale
  * searches against the plain max/127 scale.  The bit-exact comparison with

@@ -5,7 +5,7 @@
  * requests without a reload and come back bit for bit, callbacks stop a
  * request at a token and at a prefill chunk, the logits callback sees a
  * row per position, the prompt is checked against the context first.
- * The prefix store (lib/prefix.c): the cache's rows read and restored in
+ * The prefix store (lib/run/prefix.c): the cache's rows read and restored in
  * every CPU arithmetic, a hit that gives a fresh run's tokens and logits
  * bit for bit, the shared-cache bug through the store, LRU eviction under
  * the budget, incompatible options, the counters, and what a chat's
@@ -559,7 +559,7 @@ static void store_chat(const x4_trunk_opts *o)
 	     "shared %zu (want %zu), restored %zu", rc, na, nb, shared, na - 2, st.n_reused);
 	/* Pinned for this vocabulary: the shared 15 are <_system> You ▁are ▁ter
 	 * se . <_user> What ▁is ▁the ▁capital ▁of ▁France ? <_bot> (no dummy
-	 * prefix after a marker, lib/chat.c); turn 1 adds <think> <0x0A>; turn
+	 * prefix after a marker, lib/tok/chat.c); turn 1 adds <think> <0x0A>; turn
 	 * 2 goes on </think> Par is . <_end> <0x0A> <_user> And ▁Japan ? <_bot>
 	 * <think> <0x0A>, 13 ids forwarded of 28. */
 	T_OK(na == 17 && nb == 28 && shared == 15, "session.prefix.chat_counts",

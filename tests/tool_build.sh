@@ -17,7 +17,7 @@ ok() { # name, condition-status, why
 mk() { env -u MAKEFLAGS -u MAKELEVEL -u MFLAGS make --no-print-directory "$@"; }
 
 # -- make CFLAGS=... adds to the required flags --
-line=$(mk -n -B CFLAGS=-O0 build/lib/util.o 2>&1 | grep -- ' -c lib/util.c')
+line=$(mk -n -B CFLAGS=-O0 build/lib/util/util.o 2>&1 | grep -- ' -c lib/util/util.c')
 case $line in
 *" -std=c11 "*" -Ilib "*" -O0 "*) r=0 ;;
 *) r=1 ;;
@@ -29,19 +29,19 @@ ok build_cflags_add_to_required $? "compile line: $line"
 # in a scratch tree so that this tree's build stays as it is --
 S=$T/scratch
 mkdir -p "$S" && cp Makefile "$S/" && for d in lib cmd kernels tests; do ln -s "$PWD/$d" "$S/$d"; done
-(cd "$S" && mk -s build/lib/util.o >/dev/null 2>&1)
-(cd "$S" && mk -q build/lib/util.o); ok build_flags_same_up_to_date $? "util.o out of date with the same flags"
-(cd "$S" && mk -q CFLAGS=-O1 build/lib/util.o); [ $? -eq 1 ]
+(cd "$S" && mk -s build/lib/util/util.o >/dev/null 2>&1)
+(cd "$S" && mk -q build/lib/util/util.o); ok build_flags_same_up_to_date $? "util.o out of date with the same flags"
+(cd "$S" && mk -q CFLAGS=-O1 build/lib/util/util.o); [ $? -eq 1 ]
 ok build_flags_change_rebuilds $? "util.o up to date after CFLAGS changed"
 if [ -n "$(mk -s print-nvcc)" ]; then
-	(cd "$S" && mk -s build/lib/util.o >/dev/null 2>&1)
-	(cd "$S" && mk -q CUDA_ARCH=90 build/lib/util.o); [ $? -eq 1 ]
+	(cd "$S" && mk -s build/lib/util/util.o >/dev/null 2>&1)
+	(cd "$S" && mk -q CUDA_ARCH=90 build/lib/util/util.o); [ $? -eq 1 ]
 	ok build_cuda_arch_change_rebuilds $? "util.o up to date after CUDA_ARCH changed"
 else
 	echo "SKIP build_cuda_arch_change_rebuilds: no nvcc"
 fi
 cp "$S/build/flags.txt" "$T/flags.before"
-(cd "$S" && mk -n CFLAGS=-O3 build/lib/util.o >/dev/null 2>&1)
+(cd "$S" && mk -n CFLAGS=-O3 build/lib/util/util.o >/dev/null 2>&1)
 cmp -s "$S/build/flags.txt" "$T/flags.before"; ok build_dry_run_keeps_flags $? "make -n rewrote build/flags.txt"
 # -- a plain make runs as many jobs as there are cores --
 n=$(nproc 2>/dev/null || echo 1)
@@ -52,7 +52,7 @@ flags=$(mk -pn -j1 print-nvcc 2>/dev/null | grep '^MAKEFLAGS = ')
 
 # -- -Werror at the levels where GCC 12 sees more, on the files it warned
 # about (the whole tree at every level is `make check-opt`, in CI) --
-mk -s check-opt OPT_LEVELS="-O1 -O3 -Os" OPT_SRC="lib/model.c lib/gguf.c lib/layout.c" >"$T/opt.out" 2>&1
+mk -s check-opt OPT_LEVELS="-O1 -O3 -Os" OPT_SRC="lib/model/model.c lib/gguf/gguf.c lib/model/layout.c" >"$T/opt.out" 2>&1
 ok build_werror_O1_O3_Os $? "$(grep -m 3 'error' "$T/opt.out")"
 
 # -- make install PREFIX=...: the installed tools find the tiny model --

@@ -4,7 +4,7 @@
  * max_ctx, the workspaces of one prefill chunk) and its refusal when they
  * do not fit, create/free/reset.  The forward pass is lib/trunk_cuda_fwd.c.
  *
- * The arithmetic of the plan is lib/mem_plan.c's, shared with x4-ceiling.
+ * The arithmetic of the plan is lib/cuda/mem_plan.c's, shared with x4-ceiling.
  *
  * The weights are the GGUF bytes as mapped, one allocation for all of them:
  * the kernels read IQ4_NL, Q6_K, Q8_0 (experts) and BF16 blocks in place and index the
@@ -18,7 +18,7 @@
 #define STAGE_BYTES ((size_t)64 << 20)
 
 /* The reserve, the cache's and the workspaces' sizes, the chunk's pick and
- * the refusals' arithmetic are the memory plan's (lib/mem_plan.c, x4.h
+ * the refusals' arithmetic are the memory plan's (lib/cuda/mem_plan.c, x4.h
  * section 6b), which x4-ceiling predicts a card with: one definition. */
 static uint64_t reserve(const x4_trunk_cuda *t) { return t->o.no_reserve ? 0 : X4_MEM_RESERVE_BYTES; }
 
@@ -373,7 +373,7 @@ int x4_trunk_cuda_create(x4_trunk_cuda **out, const x4_model *m, const x4_trunk_
 {
 	*out = NULL;
 	const x4_config *c = &m->c;
-	int max_ctx = o->max_ctx; /* resolved and checked by lib/trunk.c */
+	int max_ctx = o->max_ctx; /* resolved and checked by lib/run/trunk.c */
 	if (c->n_hc < 1 || c->n_hc > 4)
 		return x4_err_set(e, X4_EINVAL, "%d residual streams: the GPU kernels take 1 to 4",
 				  c->n_hc);

@@ -2,7 +2,7 @@
  * tok_data.S - the Mistral v3 SentencePiece model, embedded so that x4-synth
  * writes a real vocabulary without a network fetch or a data path at run
  * time.  The Makefile assembles this with -I. from the tree's root, which is
- * what the .incbin path below is relative to.  lib/spm.c derives Xing4's
+ * what the .incbin path below is relative to.  lib/tok/spm.c derives Xing4's
  * vocabulary from these bytes (x4_vocab_xing4).
  */
 	.section .rodata.x4_tok_mistral_v3, "a", @progbits

@@ -326,7 +326,7 @@ int x4_trunk_cache_restore(x4_trunk *t, int n, const void *rows, x4_err *e)
 	return x4_trunk_cuda_cache_write(t->cuda, n, rows, e);
 }
 
-/* lib/prefix.c's key.  The fields are the options that change what a row
+/* lib/run/prefix.c's key.  The fields are the options that change what a row
  * holds; the rest change how fast it is made, not its values:
  * - resid and sublayer narrow values that feed every later layer's rows;
  * - prec and kv16 are the rows' element type and rounding (the CPU's F32

@@ -1,7 +1,7 @@
 /*
  * prof_hook.c - what the trunks call while a profiler is attached: the
  * operation marks, and the count of a captured step graph's kernels.  Kept
- * apart from lib/prof.c and lib/prof_cupti.c so that a tool which never
+ * apart from lib/prof/prof.c and lib/prof/prof_cupti.c so that a tool which never
  * profiles links none of CUPTI.
  */
 #include "prof_int.h"

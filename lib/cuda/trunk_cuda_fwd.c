@@ -1,6 +1,6 @@
 /*
  * trunk_cuda_fwd.c - the CUDA trunk's forward pass (docs/forward.md): the
- * same function as the CPU trunk (lib/trunk_cpu_tmpl.h), in the same order,
+ * same function as the CPU trunk (lib/cpu/trunk_cpu_tmpl.h), in the same order,
  * with the numerics of docs/numerics.md 1: the residual streams, the
  * hyper-connection, the sublayer inputs x-hat, the SwiGLU products, the MoE
  * sum and the logits in fp32, the latent cache in fp16, the softmax fp32.
@@ -567,6 +567,6 @@ int x4_trunk_cuda_forward_next(x4_trunk_cuda *t, const int32_t *ids, int n,
 }
 
 #else
-/* A build without CUDA: lib/trunk_cuda.c has the refusing entry points. */
+/* A build without CUDA: lib/cuda/trunk_cuda.c has the refusing entry points. */
 typedef int x4_trunk_cuda_fwd_unused;
 #endif

@@ -1,7 +1,7 @@
 /*
  * kern_ws.c - the kernels' workspace sizes (lib/x4_kern.h section 0), in
  * every build: the CUDA trunk allocates by them and the memory plan
- * (lib/mem_plan.c) counts by them without a device, so the two cannot part.
+ * (lib/cuda/mem_plan.c) counts by them without a device, so the two cannot part.
  * The splits they use are the ones the kernels launch with (x4_kern.h).
  */
 #include "x4_kern.h"

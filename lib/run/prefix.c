@@ -7,7 +7,7 @@
  * An entry is a run of token ids, the rows x4_trunk_cache_read gave for
  * them ([n][row_bytes], position-major, so its first m rows are the rows of
  * its first m ids) and the key of the trunk that made them (x4_cache_key,
- * lib/trunk.c: the options that change what a row holds).  It costs
+ * lib/run/trunk.c: the options that change what a row holds).  It costs
  * n * (row_bytes + 4) bytes against the budget.  The list is kept most
  * recently used first; a restore and an offer both count as a use.
  */

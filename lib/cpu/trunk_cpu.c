@@ -194,7 +194,7 @@ int x4_trunk_cpu_create(x4_trunk_cpu **out, const x4_model *m, const x4_trunk_op
 {
 	*out = NULL;
 	const x4_config *c = &m->c;
-	int max_ctx = o->max_ctx; /* resolved and checked by lib/trunk.c */
+	int max_ctx = o->max_ctx; /* resolved and checked by lib/run/trunk.c */
 	x4_trunk_cpu *t = x4_calloc(1, sizeof *t, "the CPU trunk", e);
 	if (!t)
 		return X4_ENOMEM;

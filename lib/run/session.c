@@ -4,7 +4,7 @@
  * cache before anything is forwarded (a short request after a long one
  * never sees the long one's rows), applies its own options to the trunk
  * when they differ from the last request's, restores from a prefix store
- * (lib/prefix.c) the rows of the longest prefix of its prompt the store
+ * (lib/run/prefix.c) the rows of the longest prefix of its prompt the store
  * holds, prefills the rest in the trunk's chunks (a callback may stop it
  * between two), then picks, streams and feeds one token at a time, and at
  * the end offers its rows to the store.  The first decode step is kept

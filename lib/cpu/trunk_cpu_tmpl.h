@@ -1,7 +1,7 @@
 /*
  * trunk_cpu_tmpl.h - the CPU trunk's forward pass (docs/forward.md), written
- * once over a real type and compiled twice: lib/trunk_cpu_f32.c (REAL
- * float: what users run) and lib/trunk_cpu_f64.c (REAL double: the oracle
+ * once over a real type and compiled twice: lib/cpu/trunk_cpu_f32.c (REAL
+ * float: what users run) and lib/cpu/trunk_cpu_f64.c (REAL double: the oracle
  * the F32 trunk and every GPU kernel are checked against).  Both read the
  * same dequantized weights; only the arithmetic's width differs, plus the
  * cache (fp16 values in F32 as the earlier runtime stored them, double in
