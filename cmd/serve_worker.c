@@ -240,6 +240,8 @@ static void finish(serve_job *j, int rc, const x4_gen_stats *st, const x4_err *e
 	if (rc || j->oom) {
 		j->finish = SERVE_FIN_ERROR;
 		snprintf(j->error, sizeof j->error, "%s", rc ? e->msg : "out of memory for the text");
+	} else if (!st) {
+		j->finish = SERVE_FIN_CANCEL; /* cancelled before it started */
 	} else if (j->finish != SERVE_FIN_STOP) {
 		j->finish = st->stop == X4_STOP_CANCEL ? SERVE_FIN_CANCEL
 			  : st->stop == X4_STOP_EOS ? SERVE_FIN_STOP : SERVE_FIN_LENGTH;
@@ -267,9 +269,6 @@ static void finish(serve_job *j, int rc, const x4_gen_stats *st, const x4_err *e
 static void run(serve_worker *w, serve_job *j)
 {
 	if (atomic_load(&j->cancel)) {
-		pthread_mutex_lock(&j->mu);
-		j->finish = SERVE_FIN_CANCEL;
-		pthread_mutex_unlock(&j->mu);
 		finish(j, 0, NULL, NULL);
 		count(w, j, NULL);
 		return;

@@ -147,6 +147,7 @@ struct server {
 	char name[256];
 	long long started;
 	atomic_bool stopping;
+	atomic_int inflight;  /* generation requests whose answer is not sent yet */
 };
 
 /* One request on a connection (MHD's con_cls). */
@@ -280,6 +281,7 @@ static enum MHD_Result completion(struct server *sv, struct MHD_Connection *c, s
 		return reply_error(sv, c, method, url, &err);
 	}
 	q->job = j;
+	atomic_fetch_add(&sv->inflight, 1);
 	if (j->stream) {
 		serve_job_ref(j);
 		struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384,
@@ -399,8 +401,13 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
 		return MHD_YES;
 	}
 	if (*data_size) {
-		/* a body that takes longer than --timeout is a slow client: 408 */
-		if (x4_now() - q->t0 > (double)sv->o->timeout)
+		/* A body that takes longer than --timeout is a slow client: 408 when
+		 * it ends (libmicrohttpd cannot answer in the middle of a body), and
+		 * the connection closed if it is still coming at twice the time. */
+		double t = x4_now() - q->t0;
+		if (t > 2.0 * (double)sv->o->timeout)
+			return MHD_NO;
+		if (t > (double)sv->o->timeout)
 			q->late = true;
 		if (q->n + *data_size > sv->o->max_body)
 			q->too_big = true;
@@ -439,8 +446,8 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
 static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
 		      enum MHD_RequestTerminationCode toe)
 {
+	struct server *sv = cls;
 	struct conn *q = *con_cls;
-	(void)cls;
 	(void)c;
 	if (!q)
 		return;
@@ -448,6 +455,7 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
 		if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK)
 			atomic_store(&q->job->cancel, true);
 		serve_job_unref(q->job);
+		atomic_fetch_sub(&sv->inflight, 1);
 	}
 	free(q->body);
 	free(q);
@@ -564,7 +572,12 @@ int main(int argc, char **argv)
 	x4t_warn("signal %d: stopping (the running request is cancelled)", (int)x4t_stop_signal);
 	atomic_store(&sv.stopping, true);
 	MHD_quiesce_daemon(d);
-	serve_worker_stop(&sv.w); /* every job done: their connections answer and close */
+	serve_worker_stop(&sv.w); /* every job done: their connections answer */
+	/* Let the answers go out (a stream's last events, a 503) before the
+	 * daemon closes every connection; a client that does not read them has
+	 * --timeout. */
+	for (long i = 0; i < o.timeout * 100 && atomic_load(&sv.inflight) > 0; i++)
+		nanosleep(&(struct timespec){ 0, 10 * 1000000L }, NULL);
 	MHD_stop_daemon(d);
 	return 0;
 }
