@@ -3,9 +3,11 @@
  * a device, then requests run on it one at a time.  A request resets the
  * cache before anything is forwarded (a short request after a long one
  * never sees the long one's rows), applies its own options to the trunk
- * when they differ from the last request's, prefills in the trunk's chunks
- * (a callback may stop it between two), then picks, streams and feeds one
- * token at a time.  The first decode step is kept apart from the steady
+ * when they differ from the last request's, restores from a prefix store
+ * (lib/prefix.c) the rows of the longest prefix of its prompt the store
+ * holds, prefills the rest in the trunk's chunks (a callback may stop it
+ * between two), then picks, streams and feeds one token at a time, and at
+ * the end offers its rows to the store.  The first decode step is kept apart from the steady
  * median: after a prefill it is not a steady-state step (docs/measuring.md).
  */
 #include "trunk_int.h"
@@ -178,11 +180,15 @@ static void summarise(x4_session *s, x4_gen_stats *st)
 	free(v);
 }
 
-/* The prompt's forward in chunks; the last one also picks the first token
- * (when one is to be generated).  *stopped when a callback said stop. */
-static int prefill(x4_session *s, const x4_request *r, const int32_t *ids, size_t n,
-		   x4_sampler *smp, int32_t *next, x4_gen_stats *st, bool *stopped, x4_err *e)
+/* The prompt's forward in chunks from position `from` (the positions before
+ * it were restored); the last chunk also picks the first token (when one is
+ * to be generated).  *stopped when a callback said stop. */
+static int prefill(x4_session *s, const x4_request *r, const int32_t *prompt, size_t n_prompt,
+		   size_t from, x4_sampler *smp, int32_t *next, x4_gen_stats *st, bool *stopped,
+		   x4_err *e)
 {
+	const int32_t *ids = prompt + from;
+	size_t n = n_prompt - from;
 	x4_trunk_stats ts;
 	x4_trunk_get_stats(s->t, &ts);
 	size_t nv = (size_t)x4_model_config(s->m)->n_vocab;
@@ -217,12 +223,35 @@ static int prefill(x4_session *s, const x4_request *r, const int32_t *ids, size_
 			rc = r->on_logits(r->ctx, rows, (int)k, e);
 		if (rc)
 			return rc;
-		if (r->on_prefill && r->on_prefill(r->ctx, at + k, n)) {
+		if (r->on_prefill && r->on_prefill(r->ctx, from + at + k, n_prompt)) {
 			*stopped = true;
 			return 0;
 		}
 	}
 	return 0;
+}
+
+/* Offer the cache to the store: every position forwarded, whose ids are
+ * the prompt's and then the generated ones fed back (the last generated
+ * token is fed only when it was given its logits).  A request that failed
+ * offers nothing: a CUDA failure may have left the device's rows in doubt,
+ * and a non-finite pick means the streams overflowed.  A cancelled one
+ * offers what it forwarded: the length only ever counts whole forwards, so
+ * a cancel at a chunk or a token boundary leaves no half-written row in it. */
+static int offer(x4_session *s, x4_prefix_store *ps, const int32_t *prompt, size_t n,
+		 x4_err *e)
+{
+	size_t pos = (size_t)x4_trunk_pos(s->t);
+	if (pos <= n)
+		return x4_prefix_offer(ps, s->t, prompt, pos, e);
+	int32_t *ids = malloc(pos * sizeof *ids);
+	if (!ids)
+		return 0; /* as an entry the store could not allocate */
+	memcpy(ids, prompt, n * sizeof *ids);
+	memcpy(ids + n, s->gen, (pos - n) * sizeof *ids);
+	int rc = x4_prefix_offer(ps, s->t, ids, pos, e);
+	free(ids);
+	return rc;
 }
 
 int x4_session_generate(x4_session *s, const x4_request *r, x4_gen_stats *st, x4_err *e)
@@ -258,13 +287,21 @@ int x4_session_generate(x4_session *s, const x4_request *r, x4_gen_stats *st, x4
 		return rc;
 	}
 	st->n_prompt = n;
-	/* Nothing of an earlier request is context for this one. */
+	/* Nothing of an earlier request is context for this one: the reset
+	 * comes first, and only rows the store holds for this prompt's own ids
+	 * are put back (at most n - 1, so that the last prompt token is
+	 * forwarded and gives the first pick its logits). */
 	x4_trunk_reset(s->t);
+	if (r->prefix) {
+		double t0 = x4_now();
+		rc = x4_prefix_restore(r->prefix, s->t, ids, n, n - 1, &st->n_reused, e);
+		st->restore_s = x4_now() - t0;
+	}
 
 	bool stopped = false;
 	int32_t next = -1;
-	rc = prefill(s, r, ids, n, smp, &next, st, &stopped, e);
-	free(ids);
+	if (!rc)
+		rc = prefill(s, r, ids, n, st->n_reused, smp, &next, st, &stopped, e);
 	if (stopped)
 		st->stop = X4_STOP_CANCEL;
 	x4_detok dt = {0};
@@ -312,6 +349,12 @@ int x4_session_generate(x4_session *s, const x4_request *r, x4_gen_stats *st, x4
 	if (k && r->on_token && st->stop != X4_STOP_CANCEL)
 		r->on_token(r->ctx, -1, piece, k);
 	x4_sampler_free(smp);
+	if (!rc && r->prefix) {
+		double t0 = x4_now();
+		rc = offer(s, r->prefix, ids, n, e);
+		st->offer_s = x4_now() - t0;
+	}
+	free(ids);
 	summarise(s, st);
 	return rc;
 }

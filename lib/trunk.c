@@ -261,12 +261,94 @@ int x4_trunk_get_stats(const x4_trunk *t, x4_trunk_stats *s)
 	}
 	/* The CPU reads the mapping in place: nothing is loaded or resident. */
 	const x4_trunk_cpu *c = t->cpu;
-	size_t elem = c->o.prec == X4_PREC_F64 ? sizeof(double) : sizeof(float);
-	s->cache_bytes = (uint64_t)c->c->n_block * (uint64_t)c->max_ctx * (uint64_t)c->cw * elem;
+	s->cache_bytes = (uint64_t)c->max_ctx * x4_trunk_cpu_row_bytes(c);
 	s->max_ctx = c->max_ctx;
 	s->prefill_chunk = c->chunk;
 	snprintf(s->device, sizeof s->device, "cpu");
 	return 0;
+}
+
+/* ---- the cache as rows, for the prefix store ---- */
+
+uint64_t x4_trunk_cache_row_bytes(const x4_trunk *t)
+{
+	return t->cpu ? x4_trunk_cpu_row_bytes(t->cpu) : x4_trunk_cuda_row_bytes(t->cuda);
+}
+
+/* n rows of a cache that has cap of them (filled, for a read), and a buffer. */
+static int check_rows(const char *verb, int n, int cap, const char *has, const char *note,
+		      const void *rows, x4_err *e)
+{
+	if (n < 0 || n > cap)
+		return x4_err_set(e, n < 0 ? X4_EINVAL : X4_ERANGE, "cannot %s %d cache positions: "
+				  "the cache %s %d positions%s; %s 0 to %d", verb, n, has, cap, note,
+				  verb, cap);
+	if (n > 0 && !rows)
+		return x4_err_set(e, X4_EINVAL, "cannot %s %d cache positions without a buffer",
+				  verb, n);
+	return 0;
+}
+
+int x4_trunk_cache_read(x4_trunk *t, int n, void *rows, x4_err *e)
+{
+	int rc = check_rows("read", n, x4_trunk_pos(t), "holds", " of context", rows, e);
+	if (rc || !n)
+		return rc;
+	if (t->cpu) {
+		x4_trunk_cpu_cache_read(t->cpu, n, rows);
+		return 0;
+	}
+	return x4_trunk_cuda_cache_read(t->cuda, n, rows, e);
+}
+
+int x4_trunk_cache_restore(x4_trunk *t, int n, const void *rows, x4_err *e)
+{
+	int rc = check_rows("restore", n, max_ctx(t), "has",
+			    " (a larger --max-model-len holds more)", rows, e);
+	if (rc)
+		return rc;
+	/* The reset first, so that the device sampler's counter restarts and a
+	 * restore that fails half-way leaves a length of 0, never a cache that
+	 * is partly another request's. */
+	x4_trunk_reset(t);
+	if (!n)
+		return 0;
+	if (t->cpu) {
+		x4_trunk_cpu_cache_write(t->cpu, n, rows);
+		return 0;
+	}
+	return x4_trunk_cuda_cache_write(t->cuda, n, rows, e);
+}
+
+/* lib/prefix.c's key.  The fields are the options that change what a row
+ * holds; the rest change how fast it is made, not its values:
+ * - resid and sublayer narrow values that feed every later layer's rows;
+ * - prec and kv16 are the rows' element type and rounding (the CPU's F32
+ *   default is fp16-rounded floats, F64's default exact doubles; the GPU's
+ *   cache is fp16 bits whatever kv says, since kv=exact is refused there);
+ * - hc_eager is the same arithmetic in five launches on the GPU, but not
+ *   promised to be the same bits, and the two are compared with each other
+ *   (x4-bench-abab): rows of one never stand in for the other's;
+ * - device: the CPU's rows are floats or doubles and the GPU's fp16, and
+ *   another GPU may take other kernels;
+ * - not max_ctx (a row does not depend on the cache's size), threads (every
+ *   product has one writer in a fixed order), the prefill chunk (the CPU
+ *   computes a token the same in any chunk, docs/numerics.md 3, and
+ *   tests/test_session.c checks it through the store; on a GPU the chunk
+ *   picks GEMM or GEMV and the rows may differ in the last bits, as they
+ *   do between any two chunkings of a fresh prefill), no_graph and pdl
+ *   (the same kernels in the same order). */
+void x4_trunk_cache_key(const x4_trunk *t, x4_cache_key *k)
+{
+	memset(k, 0, sizeof *k);
+	memcpy(k->model, t->m->fingerprint, sizeof k->model);
+	k->device = t->o.device;
+	k->resid = t->o.resid;
+	k->sublayer = t->o.sublayer;
+	k->prec = t->cpu ? t->o.prec : X4_PREC_F32;
+	k->kv16 = t->cpu ? t->cpu->kv16 : 1;
+	k->hc_eager = t->cuda ? t->o.hc_eager : 0;
+	k->row_bytes = x4_trunk_cache_row_bytes(t);
 }
 
 x4_trunk_cpu *x4_trunk_cpu_part(x4_trunk *t) { return t->cpu; }

@@ -307,6 +307,40 @@ void x4_trunk_cpu_reset(x4_trunk_cpu *t) { t->pos = 0; }
 
 int x4_trunk_cpu_pos(const x4_trunk_cpu *t) { return t->pos; }
 
+/* The cache and the length are all the state a position leaves: the rope
+ * angles are made from the position at each forward, and the workspaces
+ * hold one chunk's activations, written before they are read. */
+static size_t elem_bytes(const x4_trunk_cpu *t)
+{
+	return t->o.prec == X4_PREC_F64 ? sizeof(double) : sizeof(float);
+}
+
+uint64_t x4_trunk_cpu_row_bytes(const x4_trunk_cpu *t)
+{
+	return (uint64_t)t->c->n_block * (uint64_t)t->cw * elem_bytes(t);
+}
+
+void x4_trunk_cpu_cache_read(const x4_trunk_cpu *t, int n, void *rows)
+{
+	size_t lb = (size_t)t->cw * elem_bytes(t), rb = (size_t)x4_trunk_cpu_row_bytes(t);
+	for (int b = 0; b < t->c->n_block; b++) {
+		const char *src = (const char *)t->cache + (size_t)b * (size_t)t->max_ctx * lb;
+		for (int p = 0; p < n; p++)
+			memcpy((char *)rows + (size_t)p * rb + (size_t)b * lb, src + (size_t)p * lb, lb);
+	}
+}
+
+void x4_trunk_cpu_cache_write(x4_trunk_cpu *t, int n, const void *rows)
+{
+	size_t lb = (size_t)t->cw * elem_bytes(t), rb = (size_t)x4_trunk_cpu_row_bytes(t);
+	for (int b = 0; b < t->c->n_block; b++) {
+		char *dst = (char *)t->cache + (size_t)b * (size_t)t->max_ctx * lb;
+		for (int p = 0; p < n; p++)
+			memcpy(dst + (size_t)p * lb, (const char *)rows + (size_t)p * rb + (size_t)b * lb, lb);
+	}
+	t->pos = n;
+}
+
 void x4_trunk_cpu_set_probe(x4_trunk_cpu *t, x4_probe_fn fn, void *ctx)
 {
 	t->probe = fn;

@@ -532,6 +532,52 @@ void x4_trunk_cuda_reset(x4_trunk_cuda *t)
 
 int x4_trunk_cuda_pos(const x4_trunk_cuda *t) { return t->pos; }
 
+/* The cache, the length and the sampler's counter (restarted by reset) are
+ * all the state a position leaves: the position reaches the kernels from
+ * pos_host at every forward and replay, the rope frequencies are a table,
+ * and the gate's workspace is left zeroed by every call. */
+uint64_t x4_trunk_cuda_row_bytes(const x4_trunk_cuda *t)
+{
+	return (uint64_t)t->c->n_block * (uint64_t)t->cw * sizeof(uint16_t);
+}
+
+/* One 2D copy a layer: the layer's rows [0, n) are contiguous on the
+ * device, and one position's slice of a host row is cw values wide. */
+static int cache_copy(x4_trunk_cuda *t, int n, void *host, bool to_host, x4_err *e)
+{
+	if (t->broken)
+		return x4_err_set(e, X4_ENOMEM, "the trunk has no cache since a failed change of "
+				  "options; configure it again with options that fit");
+	const char *what = to_host ? "read the KV cache's rows to the host"
+				   : "write the KV cache's rows from the host";
+	X4_CUDA_TRY(cudaSetDevice(t->dev), "select the CUDA device", e);
+	size_t lb = (size_t)t->cw * sizeof(uint16_t), rb = (size_t)x4_trunk_cuda_row_bytes(t);
+	for (int b = 0; b < t->c->n_block && n > 0; b++) {
+		char *dev = (char *)(t->cache + (size_t)b * (size_t)t->max_ctx * (size_t)t->cw);
+		char *h = (char *)host + (size_t)b * lb;
+		cudaError_t rc = to_host
+			? cudaMemcpy2DAsync(h, rb, dev, lb, lb, (size_t)n, cudaMemcpyDeviceToHost, t->s)
+			: cudaMemcpy2DAsync(dev, lb, h, rb, lb, (size_t)n, cudaMemcpyHostToDevice, t->s);
+		X4_CUDA_TRY(rc, what, e);
+	}
+	X4_CUDA_TRY(cudaStreamSynchronize(t->s), what, e);
+	return 0;
+}
+
+int x4_trunk_cuda_cache_read(x4_trunk_cuda *t, int n, void *rows, x4_err *e)
+{
+	return cache_copy(t, n, rows, true, e);
+}
+
+int x4_trunk_cuda_cache_write(x4_trunk_cuda *t, int n, const void *rows, x4_err *e)
+{
+	/* (the copy only reads the host rows) */
+	int rc = cache_copy(t, n, (void *)rows, false, e);
+	if (!rc)
+		t->pos = n;
+	return rc;
+}
+
 void x4_trunk_cuda_set_probe(x4_trunk_cuda *t, x4_probe_fn fn, void *ctx)
 {
 	t->probe = fn;
@@ -585,5 +631,16 @@ int x4_trunk_cuda_forward(x4_trunk_cuda *t, const int32_t *ids, int n, float *lo
 
 void x4_trunk_cuda_set_probe(x4_trunk_cuda *t, x4_probe_fn fn, void *ctx) { (void)t; }
 void x4_trunk_cuda_stats(const x4_trunk_cuda *t, x4_trunk_stats *s) { (void)t; (void)s; }
+uint64_t x4_trunk_cuda_row_bytes(const x4_trunk_cuda *t) { (void)t; return 0; }
+
+int x4_trunk_cuda_cache_read(x4_trunk_cuda *t, int n, void *rows, x4_err *e)
+{
+	return x4_err_set(e, X4_ECUDA, NO_CUDA);
+}
+
+int x4_trunk_cuda_cache_write(x4_trunk_cuda *t, int n, const void *rows, x4_err *e)
+{
+	return x4_err_set(e, X4_ECUDA, NO_CUDA);
+}
 
 #endif

@@ -52,6 +52,13 @@ int x4_trunk_cpu_pos(const x4_trunk_cpu *t);
 int x4_trunk_cpu_forward(x4_trunk_cpu *t, const int32_t *ids, int n, float *logits,
 			 bool all_logits, x4_err *e);
 void x4_trunk_cpu_set_probe(x4_trunk_cpu *t, x4_probe_fn fn, void *ctx);
+/* The cache as rows [n][n_block][cw] (position-major, so that the first m
+ * rows of a saved run are a prefix of it), in the cache's own values:
+ * float or double (opts.prec); n within what the caller checked. */
+uint64_t x4_trunk_cpu_row_bytes(const x4_trunk_cpu *t);
+void x4_trunk_cpu_cache_read(const x4_trunk_cpu *t, int n, void *rows);
+/* Write rows [0, n) and set the length to n. */
+void x4_trunk_cpu_cache_write(x4_trunk_cpu *t, int n, const void *rows);
 
 /* The CUDA trunk (lib/trunk_cuda.c): the same contract as the
  * public x4_trunk_* functions, with the options and a forward's arguments
@@ -74,10 +81,45 @@ int x4_trunk_cuda_forward_next(x4_trunk_cuda *t, const int32_t *ids, int n,
  * device and mem_limit unchanged, max_ctx resolved). */
 int x4_trunk_cuda_configure(x4_trunk_cuda *t, const x4_trunk_opts *o, x4_err *e);
 void x4_trunk_cuda_stats(const x4_trunk_cuda *t, x4_trunk_stats *s);
+/* The same rows as the CPU's, in the GPU cache's fp16 bits. */
+uint64_t x4_trunk_cuda_row_bytes(const x4_trunk_cuda *t);
+int x4_trunk_cuda_cache_read(x4_trunk_cuda *t, int n, void *rows, x4_err *e);
+int x4_trunk_cuda_cache_write(x4_trunk_cuda *t, int n, const void *rows, x4_err *e);
 /* The backend a trunk holds (NULL for the other), for the profiler's hooks
  * (lib/prof.c). */
 x4_trunk_cpu *x4_trunk_cpu_part(x4_trunk *t);
 x4_trunk_cuda *x4_trunk_cuda_part(x4_trunk *t);
+
+/* ---- the prefix store (lib/prefix.c) and what it asks of the trunk ---- */
+
+/* What makes two trunks' cache rows interchangeable: rows saved from one
+ * may be restored into the other and continue exactly the computation the
+ * first would have made (lib/prefix.c says why each field is here, and why
+ * max_ctx, the chunk, the threads, the graph and pdl are not).  Filled by
+ * x4_trunk_cache_key only (zeroed first, so two keys compare with memcmp). */
+typedef struct x4_cache_key {
+	char model[17];     /* the checkpoint's fingerprint */
+	int device;         /* -1 the CPU, else the CUDA ordinal */
+	int resid;          /* enum x4_resid */
+	int sublayer;       /* enum x4_sub */
+	int prec;           /* enum x4_prec (X4_PREC_F32 on a GPU) */
+	int kv16;           /* the cache's values are rounded to fp16 */
+	int hc_eager;       /* GPU: the eager gate (0 on the CPU, which has one path) */
+	uint64_t row_bytes; /* x4_trunk_cache_row_bytes */
+} x4_cache_key;
+void x4_trunk_cache_key(const x4_trunk *t, x4_cache_key *k);
+
+/* For lib/session.c.  Restore into t (reset first, always) the longest
+ * prefix of ids[0, n) that an entry with t's key holds, at most max
+ * positions; *restored gets how many (0: a miss, and t is only reset).
+ * Counts the hit or the miss. */
+int x4_prefix_restore(x4_prefix_store *ps, x4_trunk *t, const int32_t *ids, size_t n,
+		      size_t max, size_t *restored, x4_err *e);
+/* Offer t's cache rows [0, n) (n <= x4_trunk_pos), whose ids are ids[0, n),
+ * as an entry.  A store that cannot allocate the entry keeps what it had
+ * and returns 0: the request it follows has already succeeded. */
+int x4_prefix_offer(x4_prefix_store *ps, x4_trunk *t, const int32_t *ids, size_t n,
+		    x4_err *e);
 
 /* ---- pieces of the CPU trunk, exposed for tests ---- */
 

@@ -592,7 +592,8 @@ int x4_err_nonfinite_logits(x4_err *e, int pos);
 
 /* A model opened once on the CPU or a GPU, then any number of requests run
  * on it, one at a time.  Each request starts from a reset cache (two
- * requests never share context: the shared-cache bug of docs/serving.md),
+ * requests never share context: the shared-cache bug of docs/serving.md;
+ * a prefix store puts back only rows made for the request's own first ids),
  * may change the request options of x4_trunk_configure without the weights
  * being loaded again, streams its tokens through a callback that can stop
  * it at a token (or, in the prefill, a chunk) boundary, and returns its
@@ -644,24 +645,36 @@ typedef struct x4_request {
 	/* Callbacks, each optional.  token: a generated id and its text piece
 	 * (bytes of an unfinished UTF-8 character are held back to the next
 	 * piece); nonzero stops the request after it (X4_STOP_CANCEL).
-	 * prefill: after each prefill chunk, positions done of total; nonzero
-	 * stops before the next chunk.  logits: every position's logits
-	 * [n][n_vocab] as they are made, the prompt's rows and then one per
-	 * generated token (the last generated token is fed too, so that it has
-	 * its row, unless the cache is full or the request was stopped: then
-	 * the last token has none); a nonzero return is an error that ends the
-	 * request with the callback's message in e.  The prefill runs in the
-	 * trunk's chunks either way, so the logits and the picks are the same
-	 * with and without this callback. */
+	 * prefill: after each prefill chunk, prompt positions done of total
+	 * (total the whole prompt; restored positions count as done, so with
+	 * a prefix the first call says n_reused + the first chunk); nonzero
+	 * stops before the next chunk.  logits: every forwarded position's
+	 * logits [n][n_vocab] as they are made, the prompt's rows and then one
+	 * per generated token (the last generated token is fed too, so that it
+	 * has its row, unless the cache is full or the request was stopped:
+	 * then the last token has none); a nonzero return is an error that
+	 * ends the request with the callback's message in e.  The prefill runs
+	 * in the trunk's chunks either way, so the logits and the picks are the
+	 * same with and without this callback.  Restored positions have no
+	 * logits (they are not computed): with a prefix the first row is
+	 * position n_reused, which the statistics hold before the first
+	 * callback; a caller that needs every prompt position's row (a
+	 * perplexity) passes no prefix store. */
 	int (*on_token)(void *ctx, int32_t id, const char *piece, size_t len);
 	int (*on_prefill)(void *ctx, size_t done, size_t total);
 	int (*on_logits)(void *ctx, const float *rows, int n, x4_err *e);
 	void *ctx;
 	/* A prefix store (section 7c) or NULL.  When set, the request restores
-	 * the longest prefix of its prompt that the store holds (always leaving
-	 * at least the last prompt token to forward), forwards only the rest at
-	 * its absolute positions, and afterwards offers its own cache rows to
-	 * the store.  The cache is reset before anything is restored. */
+	 * the longest prefix of its prompt that the store holds for the
+	 * trunk's options (always leaving at least the last prompt token to
+	 * forward), forwards only the rest at its absolute positions, and
+	 * afterwards offers its cache rows (the prompt and the generated tokens
+	 * fed back) to the store.  The cache is reset before anything is
+	 * restored.  A request that fails offers nothing; a cancelled one
+	 * offers the positions it forwarded.  On the CPU the result is the
+	 * same, bit for bit, as without the store (a token is computed the
+	 * same in any chunk); on a GPU restored rows are those an earlier
+	 * chunking made, as close as two chunkings are (docs/serving.md). */
 	struct x4_prefix_store *prefix;
 } x4_request;
 
@@ -669,9 +682,11 @@ typedef struct x4_request {
  * next request or its close. */
 typedef struct x4_gen_stats {
 	size_t n_prompt, n_gen;
-	size_t n_prefilled;      /* prompt positions forwarded (< n_prompt when stopped) */
-	double prefill_s;        /* the prompt's forward, wall clock */
-	double prefill_tok_s;    /* n_prefilled / prefill_s; NAN when no time was spent */
+	size_t n_prefilled;      /* prompt positions forwarded: n_prompt - n_reused, less when
+	                            stopped */
+	double prefill_s;        /* the prompt's forward, wall clock (not the restore) */
+	double prefill_tok_s;    /* n_prefilled / prefill_s: the forwarded positions only;
+	                            NAN when no time was spent */
 	double first_step_s;     /* the first decode step after the prefill, NAN if none */
 	double median_step_s;    /* the median step after the first (steady), NAN if none */
 	size_t n_steady;         /* steps after the first */
@@ -679,7 +694,10 @@ typedef struct x4_gen_stats {
 	size_t n_steps;
 	const int32_t *tokens;   /* [n_gen] the generated ids */
 	int stop;                /* enum x4_stop */
-	size_t n_reused;         /* prompt positions restored from the prefix store */
+	size_t n_reused;         /* prompt positions restored from the prefix store (set
+	                            before the first callback) */
+	double restore_s;        /* the restore from the store, wall clock (0 without one) */
+	double offer_s;          /* the offer of the rows to the store at the end */
 } x4_gen_stats;
 /* Tokenize the request's prompt as the session would (for --tokenize and
  * for a length check); *ids is malloc'd. */
@@ -694,9 +712,14 @@ int x4_session_generate(x4_session *s, const x4_request *r, x4_gen_stats *st, x4
 
 /* Cache rows of requests already served, kept under an LRU byte budget so
  * that a request sharing a prefix with one of them forwards only the rest
- * (docs/serving.md).  An entry is keyed by its token ids and by the trunk
- * options that change the rows' values or layout; rows are held in host
- * memory.  Not thread-safe: one session uses it at a time. */
+ * (docs/serving.md, "The prefix store").  An entry is keyed by its token
+ * ids and by the trunk options that change the rows' values or layout (the
+ * checkpoint, the device, resid, sublayer, prec, the cache's rounding, the
+ * GPU's hc_eager; not max_ctx, threads, the chunk, the graph or pdl: see
+ * lib/trunk.c); rows are held in host memory.  An entry costs n positions
+ * * (x4_trunk_cache_row_bytes + 4) bytes; one larger than the budget is not
+ * kept; an entry whose ids begin another's replaces it.  Not thread-safe:
+ * one session uses it at a time. */
 typedef struct x4_prefix_store x4_prefix_store;
 /* budget: bytes of rows it may hold (0: a store that holds nothing). */
 int x4_prefix_store_create(x4_prefix_store **ps, uint64_t budget, x4_err *e);
@@ -715,8 +738,15 @@ typedef struct x4_prefix_stats {
 void x4_prefix_store_stats(const x4_prefix_store *ps, x4_prefix_stats *st);
 
 /* The trunk's cache as rows, for the prefix store: bytes of one position's
- * rows over every layer; copy positions [0, n) out to host memory; reset
- * the trunk, then write n positions back and set the length to n. */
+ * rows over every layer; copy positions [0, n) out to host memory
+ * ([n][n_block][kv_lora + d_rope] in the cache's values: fp32, or fp64 with
+ * prec F64, on the CPU, fp16 bits on a GPU), n at most x4_trunk_pos
+ * (X4_ERANGE beyond, X4_EINVAL below 0); reset the trunk (the device
+ * sampler's counter restarts), then write n positions back and set the
+ * length to n (at most the cache's positions: X4_ERANGE).  The cache and
+ * its length are all the state a position leaves in a trunk, so a restore
+ * continues exactly where the saved trunk stood.  A restore that fails
+ * leaves the length 0. */
 uint64_t x4_trunk_cache_row_bytes(const x4_trunk *t);
 int x4_trunk_cache_read(x4_trunk *t, int n, void *rows, x4_err *e);
 int x4_trunk_cache_restore(x4_trunk *t, int n, const void *rows, x4_err *e);
