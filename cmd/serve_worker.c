@@ -99,34 +99,25 @@ static int store_open(serve_worker *w, uint64_t budget)
 	w->store = NULL;
 	if (!budget)
 		return 0;
-#ifndef X4_SERVE_PREFIX
-	x4t_warn("this build of libx4 has no prefix store: --prefix-cache is ignored");
-	return 0;
-#else
 	x4_err e = {0};
 	if (x4_prefix_store_create(&w->store, budget, &e)) {
 		x4t_warn("%s", e.msg);
 		return 1;
 	}
 	return 0;
-#endif
 }
 
 static void store_stats(serve_worker *w, serve_metrics *m)
 {
 	m->have_prefix = w->store != NULL;
 	memset(&m->prefix, 0, sizeof m->prefix);
-#ifdef X4_SERVE_PREFIX
 	if (w->store)
 		x4_prefix_store_stats(w->store, &m->prefix);
-#endif
 }
 
 static void store_close(serve_worker *w)
 {
-#ifdef X4_SERVE_PREFIX
 	x4_prefix_store_free(w->store);
-#endif
 	w->store = NULL;
 }
 
@@ -214,7 +205,11 @@ static int on_prefill(void *ctx, size_t done, size_t total)
 
 static void count(serve_worker *w, const serve_job *j, const x4_gen_stats *st)
 {
+	pthread_mutex_lock(&w->mu);
+	w->current = NULL;
+	pthread_mutex_unlock(&w->mu);
 	pthread_mutex_lock(&w->mmu);
+	w->m.running = 0;
 	if (j->finish == SERVE_FIN_CANCEL)
 		w->m.cancellations++;
 	if (st) {
@@ -233,8 +228,10 @@ static void count(serve_worker *w, const serve_job *j, const x4_gen_stats *st)
 	pthread_mutex_unlock(&w->mmu);
 }
 
-/* Fill the job's result from the session's and wake its connection. */
-static void finish(serve_job *j, int rc, const x4_gen_stats *st, const x4_err *e)
+/* Fill the job's result from the session's, count it, and wake its
+ * connection: a client that has its answer sees it in /metrics too. */
+static void finish(serve_worker *w, serve_job *j, int rc, const x4_gen_stats *st,
+		   const x4_err *e)
 {
 	pthread_mutex_lock(&j->mu);
 	if (rc || j->oom) {
@@ -261,6 +258,7 @@ static void finish(serve_job *j, int rc, const x4_gen_stats *st, const x4_err *e
 	}
 	if (j->stream && !serve_sse_finish(j, serve_model_name))
 		j->sse_n = j->sse_off = 0; /* out of memory: the stream ends cut short */
+	count(w, j, st);
 	j->done = true;
 	pthread_cond_broadcast(&j->cv);
 	pthread_mutex_unlock(&j->mu);
@@ -269,8 +267,7 @@ static void finish(serve_job *j, int rc, const x4_gen_stats *st, const x4_err *e
 static void run(serve_worker *w, serve_job *j)
 {
 	if (atomic_load(&j->cancel)) {
-		finish(j, 0, NULL, NULL);
-		count(w, j, NULL);
+		finish(w, j, 0, NULL, NULL);
 		return;
 	}
 	pthread_mutex_lock(&j->mu);
@@ -287,8 +284,7 @@ static void run(serve_worker *w, serve_job *j)
 	x4_gen_stats st;
 	x4_err e = {0};
 	int rc = x4_session_generate(w->session, &r, &st, &e);
-	finish(j, rc, &st, &e);
-	count(w, j, &st);
+	finish(w, j, rc, &st, &e);
 	if (!w->quiet) {
 		char reused[48] = "";
 		if (st.n_reused)
@@ -324,13 +320,7 @@ static void *worker_main(void *arg)
 		pthread_mutex_lock(&w->mmu);
 		w->m.running = 1;
 		pthread_mutex_unlock(&w->mmu);
-		run(w, j);
-		pthread_mutex_lock(&w->mu);
-		w->current = NULL;
-		pthread_mutex_unlock(&w->mu);
-		pthread_mutex_lock(&w->mmu);
-		w->m.running = 0;
-		pthread_mutex_unlock(&w->mmu);
+		run(w, j); /* clears current and running when it counts the job */
 		serve_job_unref(j);
 	}
 	return NULL;

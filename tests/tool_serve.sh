@@ -159,6 +159,7 @@ a=$(jq_ "$tmp/out" 'd["x4"]["token_ids"]'); b=$(jq_ "$tmp/run_cmpl.json" 'd["tok
 check completion.token_id_prompt $([ "$st" = 200 ] && [ "$a" = "$b" ]; echo $?) "$st: $a vs $b"
 
 # Streamed: data: lines, the role first, one event a token, the finish, usage, [DONE].
+chat_body=$body
 body=${body%\}},\"stream\":true,\"stream_options\":{\"include_usage\":true}}
 curl -sN -H "Authorization: Bearer $KEY" "${J[@]}" -d "$body" "$URL/v1/chat/completions" >"$tmp/sse"
 msg=$(python3 - "$tmp/sse" "$tmp/chat.json" <<'EOF'
@@ -223,6 +224,34 @@ EOF2
 )
 check completion.stop "$([ "$msg" = ok ]; echo $?)" "stop '$stop': $msg"
 
+# ---- the prefix store: a repeat restores all but the last prompt token ----
+curl -s "$URL/metrics" >"$tmp/p0"
+st=$(req "${J[@]}" -d "$chat_body" "$URL/v1/chat/completions"); cp "$tmp/out" "$tmp/chat2.json"
+curl -s "$URL/metrics" >"$tmp/p1"
+msg=$(python3 - "$tmp/chat.json" "$tmp/chat2.json" "$tmp/p0" "$tmp/p1" <<'EOF2'
+import json, sys
+a, b = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+m = [dict(l.rsplit(" ", 1) for l in open(f) if l[0] != "#") for f in sys.argv[3:5]]
+d = lambda k: float(m[1][k]) - float(m[0][k])
+n = b["usage"]["prompt_tokens"]
+assert b["x4"]["reused_tokens"] == n - 1, ("reused", b["x4"]["reused_tokens"], n)
+assert b["x4"]["token_ids"] == a["x4"]["token_ids"], "the restored prompt answered otherwise"
+assert d("x4_prefix_hits_total") == 1 and d("x4_prefix_misses_total") == 0, "hits/misses"
+assert d("x4_prefix_reused_tokens_total") == n - 1, ("reused_tokens_total", d("x4_prefix_reused_tokens_total"))
+assert float(m[1]["x4_prefix_entries"]) >= 1 and float(m[1]["x4_prefix_bytes"]) > 0
+assert float(m[1]["x4_prefix_budget_bytes"]) == 2**30 and m[1]["x4_prefix_enabled"] == "1\n"
+print("ok")
+EOF2
+)
+check prefix.repeat_reused "$([ "$st" = 200 ] && [ "$msg" = ok ]; echo $?)" "$st: $msg"
+# A chat's second turn: the template renders the first answer unlike the
+# generation prompt (<_bot></think>ANSWER, not <_bot><think>\n), so what is
+# reused is the first turn's prompt but for its last two ids.
+t2=$(python3 -c 'import json,sys; print(json.dumps({"messages":[{"role":"user","content":sys.argv[1]},{"role":"assistant","content":"Paris."},{"role":"user","content":"And Japan?"}],"max_tokens":2,"temperature":0}))' "$q")
+st=$(req "${J[@]}" -d "$t2" "$URL/v1/chat/completions")
+a=$(jq_ "$tmp/out" 'd["x4"]["reused_tokens"]'); b=$(jq_ "$tmp/chat.json" 'd["usage"]["prompt_tokens"] - 2')
+check prefix.second_turn "$([ "$st" = 200 ] && [ "$a" = "$b" ]; echo $?)" "$st: reused $a, want $b"
+
 # ---- the openai client ----
 if "$PY" -c 'import openai' 2>/dev/null; then
 	"$PY" tests/serve_client.py openai "$URL" "$KEY" "$name"
@@ -284,7 +313,10 @@ grep -q '^x4_http_responses_total{code="413"} 2$' "$tmp/m1"; check serve.metrics
 stop main
 
 # ---- a bounded load: 200 requests from 8 clients ----
-if start load --api-key "$KEY" --max-model-len 64 --quiet; then
+if start load --api-key "$KEY" --max-model-len 64 --quiet --prefix-cache 0; then
+	curl -s "$URL/metrics" >"$tmp/m2"
+	grep -q '^x4_prefix_enabled 0$' "$tmp/m2" && grep -q '^x4_prefix_budget_bytes 0$' "$tmp/m2"
+	check prefix.off "$?" "$(grep prefix "$tmp/m2")"
 	"$PY" tests/serve_client.py load "$URL" "$KEY" "$PID_load" 200 8
 	stop load
 else
