@@ -17,6 +17,8 @@
  *   5. tokenizer and chat      (lib/tok*.c, lib/spm.c, lib/chat.c)
  *   6. trunk (CPU and CUDA)    (lib/trunk_cpu.c, lib/trunk_cuda.c)
  *   7. sampling                (lib/sample.c)
+ *  7b. the generation session  (lib/session.c)
+ *  7c. the prefix store        (lib/prefix.c)
  *   8. utilities               (lib/util.c)
  *   9. npy writer, MoE replay  (lib/npy.c, lib/replay.c)
  *  10. profiling              (lib/prof*.c, lib/trace.c)

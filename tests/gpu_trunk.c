@@ -13,7 +13,11 @@
  *     with one whole prefill; the eager hyper-connection path agrees with
  *     the fused kernel;
  *   - the load statistics are filled;
- *   - programmatic dependent launch on gives the same tokens and bits.
+ *   - programmatic dependent launch on gives the same tokens and bits;
+ *   - cache rows read and restored into another trunk (the prefix store,
+ *     lib/prefix.c): the continuation gives the saved trunk's logits bit
+ *     for bit, a fresh whole prefill's within the fp32-paths bound, and
+ *     sampled tokens as a fresh trunk's (the sampler's counter restarts).
  * Usage: build/tests/gpu_trunk [MODEL] (default build/models/tiny), from the
  * tree's root.
  */
@@ -189,18 +193,25 @@ static void parity_by_sublayer(const x4_model *m, const int32_t *ids)
 
 /* Prompt A, then 8 greedy decode steps through the graphed step, then one
  * more token's logits through the plain forward, on a fresh trunk. */
+/* n ids with the device pick, then k decode steps; toks[k + 1] the picks. */
+static bool decode(x4_trunk *t, const int32_t *ids, int n, const x4_sampler_opts *so, int k,
+		   int32_t *toks)
+{
+	int32_t next = 0;
+	bool ok = t && x4_trunk_forward_next(t, ids, n, NULL, so, &next, NULL, &err) == 0;
+	for (int i = 0; ok && i < k; i++) {
+		toks[i] = next;
+		ok = x4_trunk_forward_next(t, &toks[i], 1, NULL, so, &next, NULL, &err) == 0;
+	}
+	toks[k] = next;
+	return ok;
+}
+
 static bool steps(const x4_model *m, const int32_t *a, int32_t *toks, float *logits)
 {
 	x4_trunk *t = mk(m, 0, 0, 0);
 	x4_sampler_opts so = { 0.0f, 0, 1.0f, 1 };
-	int32_t next = 0;
-	bool ok = t && x4_trunk_forward_next(t, a, N_A, NULL, &so, &next, NULL, &err) == 0;
-	for (int i = 0; ok && i < 8; i++) {
-		toks[i] = next;
-		ok = x4_trunk_forward_next(t, &toks[i], 1, NULL, &so, &next, NULL, &err) == 0;
-	}
-	toks[8] = next;
-	ok = ok && fwd(t, &next, 1, logits, false);
+	bool ok = decode(t, a, N_A, &so, 8, toks) && fwd(t, &toks[8], 1, logits, false);
 	x4_trunk_free(t);
 	return ok;
 }
@@ -225,6 +236,65 @@ static void pdl_same_bits(const x4_model *m, const int32_t *a, int V)
 	     ok && ok1 ? rel(l1, l0, (size_t)V) : NAN);
 	free(l0);
 	free(l1);
+}
+
+/* The prefix store's copies on the GPU: rows of A's first K positions read
+ * from one trunk and restored into another that ran something else first. */
+static void cache_restore(const x4_model *m, const int32_t *a, const int32_t *b, int V,
+			  const float *whole)
+{
+	const x4_config *c = x4_model_config(m);
+	enum { K = 30 };
+	size_t n = N_A - K, nv = (size_t)V;
+	float *lx = malloc(sizeof(float) * n * nv), *ly = malloc(sizeof(float) * n * nv);
+	x4_trunk *ta = mk(m, 0, 0, 0), *tb = mk(m, 0, 0, 0);
+	uint64_t rb = ta ? x4_trunk_cache_row_bytes(ta) : 0;
+	char *rows = malloc((size_t)(rb ? rb : 1) * K), *back = malloc((size_t)(rb ? rb : 1) * K);
+	if (!lx || !ly || !rows || !back)
+		abort();
+	bool ok = fwd(ta, a, K, NULL, false) && fwd(ta, a + K, (int)n, lx, true) &&
+		  x4_trunk_cache_read(ta, K, rows, &err) == 0;
+	T_OK(ok && rb == (uint64_t)c->n_block * (uint64_t)(c->kv_lora + c->d_rope) * 2,
+	     "gpu_trunk.cache.read", "%s; %llu bytes a row", ok ? "ok" : err.msg,
+	     (unsigned long long)rb);
+	int32_t s0[5], s1[5];
+	x4_sampler_opts so = { 0.8f, 40, 0.95f, 7 };
+	int32_t junk = 0;
+	/* tb samples first (its counter moves), then is restored. */
+	bool ok2 = ok && fwd(tb, b, N_B, NULL, false) &&
+		   x4_trunk_forward_next(tb, b, 3, NULL, &so, &junk, NULL, &err) == 0 &&
+		   x4_trunk_cache_restore(tb, K, rows, &err) == 0;
+	int pos = tb ? x4_trunk_pos(tb) : -1;
+	ok2 = ok2 && fwd(tb, a + K, (int)n, ly, true) && x4_trunk_cache_read(tb, K, back, &err) == 0;
+	T_OK(ok2 && pos == K && !memcmp(rows, back, (size_t)rb * K) &&
+	     !memcmp(lx, ly, sizeof(float) * n * nv), "gpu_trunk.cache.restore_continues_bits",
+	     "%s; pos %d after restoring %d, rows read back %s, continuation rel diff %.3g",
+	     ok2 ? "ok" : err.msg, pos, K, ok2 && !memcmp(rows, back, (size_t)rb * K) ? "equal" :
+	     "differ", ok2 ? rel(ly, lx, n * nv) : NAN);
+	double ew = ok2 ? rel(ly, whole + (size_t)K * nv, n * nv) : NAN;
+	T_OK(ok2 && ew <= TOL_FP32_PATHS, "gpu_trunk.cache.restore_vs_whole_prefill",
+	     "%s; rel err %.3g against one whole prefill (tolerance %g)", ok2 ? "ok" : err.msg, ew,
+	     TOL_FP32_PATHS);
+	printf("# restored %d positions then %zu forwarded vs one prefill: rel err %.3g\n", K, n, ew);
+	/* The sampler after a restore draws as a fresh trunk's does. */
+	x4_trunk *tf = mk(m, 0, 0, 0);
+	ok = fwd(tf, a, K, NULL, false) && decode(tf, a + K, (int)n, &so, 4, s0);
+	ok2 = tb && x4_trunk_cache_restore(tb, K, rows, &err) == 0 &&
+	      decode(tb, a + K, (int)n, &so, 4, s1);
+	T_OK(ok && ok2 && !memcmp(s0, s1, sizeof s0), "gpu_trunk.cache.restore_sampler_restarts",
+	     "%s; sampled tokens %s", ok && ok2 ? "ok" : err.msg,
+	     ok && ok2 && !memcmp(s0, s1, sizeof s0) ? "equal" : "differ");
+	int r1 = tb ? x4_trunk_cache_read(tb, x4_trunk_pos(tb) + 1, back, &err) : -100;
+	int r2 = tb ? x4_trunk_cache_restore(tb, 1 << 30, rows, &err) : -100;
+	T_OK(r1 == X4_ERANGE && r2 == X4_ERANGE, "gpu_trunk.cache.range_errors",
+	     "read past the length: %d, restore past the cache: %d", r1, r2);
+	x4_trunk_free(ta);
+	x4_trunk_free(tb);
+	x4_trunk_free(tf);
+	free(lx);
+	free(ly);
+	free(rows);
+	free(back);
 }
 
 int main(int argc, char **argv)
@@ -308,6 +378,7 @@ int main(int argc, char **argv)
 	 * row (gemm vs gemv, prefill vs split decode attention). */
 	x4_trunk_reset(t);
 	ok = fwd(t, a, N_A, l1, true);
+	cache_restore(m, a, b, V, l1);
 	x4_trunk *t16 = mk(m, 0, 0, 16);
 	ok2 = fwd(t16, a, N_A, l2, true);
 	double e16 = ok && ok2 ? rel(l2, l1, (size_t)N_A * V) : NAN;

@@ -109,29 +109,42 @@ static int on_logits(void *ctx, const float *rows, int n, x4_err *e)
  * chunk and threads: the continuation's logits are the first trunk's, bit
  * for bit, in each CPU arithmetic and residual variant; and the range
  * errors. */
+/* The CPU's arithmetic and residual variants: the first is the default;
+ * each of the others makes other rows (a key of its own). */
+static const struct variant {
+	const char *name;
+	int prec, kv, resid, sub;
+} variants[] = {
+	{ "f32", X4_PREC_F32, X4_KV_DEFAULT, X4_RESID_F32, X4_SUB_F32 },
+	{ "f32_exact", X4_PREC_F32, X4_KV_EXACT, X4_RESID_F32, X4_SUB_F32 },
+	{ "f64", X4_PREC_F64, X4_KV_DEFAULT, X4_RESID_F32, X4_SUB_F32 },
+	{ "f64_kv16", X4_PREC_F64, X4_KV_F16, X4_RESID_F32, X4_SUB_F32 },
+	{ "resid_bf16", X4_PREC_F32, X4_KV_DEFAULT, X4_RESID_BF16, X4_SUB_F32 },
+	{ "resid_f16", X4_PREC_F32, X4_KV_DEFAULT, X4_RESID_F16, X4_SUB_F32 },
+	{ "sub_bf16", X4_PREC_F32, X4_KV_DEFAULT, X4_RESID_F32, X4_SUB_BF16 },
+};
+#define N_VARIANTS (sizeof variants / sizeof variants[0])
+
+static void apply_variant(x4_trunk_opts *o, const struct variant *v)
+{
+	o->prec = v->prec;
+	o->kv = v->kv;
+	o->resid = v->resid;
+	o->sublayer = v->sub;
+}
+
 static void cache_round_trip(const x4_model *m, const int32_t *p, int n)
 {
 	const x4_config *c = x4_model_config(m);
-	struct { const char *name; int prec, kv, resid, sub; } v[] = {
-		{ "f32", X4_PREC_F32, X4_KV_DEFAULT, X4_RESID_F32, X4_SUB_F32 },
-		{ "f32_exact", X4_PREC_F32, X4_KV_EXACT, X4_RESID_F32, X4_SUB_F32 },
-		{ "f64", X4_PREC_F64, X4_KV_DEFAULT, X4_RESID_F32, X4_SUB_F32 },
-		{ "f64_kv16", X4_PREC_F64, X4_KV_F16, X4_RESID_F32, X4_SUB_F32 },
-		{ "resid_bf16", X4_PREC_F32, X4_KV_DEFAULT, X4_RESID_BF16, X4_SUB_F32 },
-		{ "resid_f16", X4_PREC_F32, X4_KV_DEFAULT, X4_RESID_F16, X4_SUB_F32 },
-		{ "sub_bf16", X4_PREC_F32, X4_KV_DEFAULT, X4_RESID_F32, X4_SUB_BF16 },
-	};
 	size_t nv = (size_t)c->n_vocab, cw = (size_t)(c->kv_lora + c->d_rope);
 	int k = n * 3 / 4;
 	float *la = malloc(sizeof(float) * nv * (size_t)n), *lb = malloc(sizeof(float) * nv * (size_t)n);
-	for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
+	for (size_t i = 0; i < N_VARIANTS; i++) {
+		const struct variant *v = &variants[i];
 		x4_err e = {0};
 		x4_trunk_opts oa, ob;
 		x4_trunk_opts_default(&oa);
-		oa.prec = v[i].prec;
-		oa.kv = v[i].kv;
-		oa.resid = v[i].resid;
-		oa.sublayer = v[i].sub;
+		apply_variant(&oa, v);
 		oa.threads = 2;
 		oa.max_ctx = 256;
 		ob = oa;
@@ -143,7 +156,7 @@ static void cache_round_trip(const x4_model *m, const int32_t *p, int n)
 		if (!rc)
 			rc = x4_trunk_create(&tb, m, &ob, &e);
 		uint64_t rb = rc ? 0 : x4_trunk_cache_row_bytes(ta);
-		size_t elem = v[i].prec == X4_PREC_F64 ? 8 : 4;
+		size_t elem = v->prec == X4_PREC_F64 ? 8 : 4;
 		char *rows = malloc((size_t)(rb ? rb : 1) * (size_t)n), *back = malloc((size_t)(rb ? rb : 1) * (size_t)n);
 		if (!rc)
 			rc = x4_trunk_forward(ta, p, n, la, true, &e);
@@ -161,7 +174,7 @@ static void cache_round_trip(const x4_model *m, const int32_t *p, int n)
 			rc = x4_trunk_cache_read(tb, k, back, &e);
 		bool same = !rc && !memcmp(la + (size_t)k * nv, lb, sizeof(float) * nv * (size_t)(n - k));
 		char name[96];
-		snprintf(name, sizeof name, "session.prefix.cache_round_trip_%s", v[i].name);
+		snprintf(name, sizeof name, "session.prefix.cache_round_trip_%s", v->name);
 		T_OK(!rc && rb == (uint64_t)c->n_block * cw * elem && pos == k && same &&
 		     !memcmp(rows, back, (size_t)rb * (size_t)k), name,
 		     "rc %d (%s), row bytes %llu, pos %d after restoring %d, continuation %s",
@@ -312,6 +325,277 @@ static void store_hits(const x4_trunk_opts *o)
 	free(pr.v);
 }
 
+static void stats_line(x4_prefix_store *ps, x4_prefix_stats *a)
+{
+	x4_prefix_store_stats(ps, a);
+	printf("# store: %llu hits, %llu misses, %llu reused, %llu entries, %llu of %llu bytes, "
+	       "%llu evictions\n", (unsigned long long)a->hits, (unsigned long long)a->misses,
+	       (unsigned long long)a->reused_tokens, (unsigned long long)a->entries,
+	       (unsigned long long)a->bytes, (unsigned long long)a->budget,
+	       (unsigned long long)a->evictions);
+}
+
+/* Prefill-only requests of 20 distinct ids each: an entry is exactly
+ * 20 * (row_bytes + 4) bytes, and the budget holds two and a half. */
+static void store_budget(const x4_trunk_opts *o)
+{
+	x4_err e = {0};
+	x4_session *s = open_tiny();
+	enum { N = 20 };
+	int32_t q[5][3 * N];
+	for (int k = 0; k < 5; k++)
+		for (int i = 0; i < 3 * N; i++)
+			q[k][i] = 3000 + 1000 * k + (i * 17) % 900;
+	x4_gen_stats st;
+	int rc = gen(s, q[0], N, 0, o, NULL, &st); /* loads the trunk for its row width */
+	uint64_t entry = N * (x4_trunk_cache_row_bytes(x4_session_trunk(s)) + 4);
+	uint64_t budget = entry * 5 / 2;
+	x4_prefix_store *ps = NULL;
+	rc = rc ? rc : x4_prefix_store_create(&ps, budget, &e);
+	if (rc) {
+		T_OK(0, "session.prefix.budget", "%s", e.msg);
+		return;
+	}
+	x4_prefix_stats a;
+	bool within = true;
+	size_t reused[8];
+	/* A, B, then C evicts A (the least recently used); B is used again,
+	 * so D evicts C, not B. */
+	int order[] = { 0, 1, 2, 1, 3, 2, 1 };
+	for (int i = 0; i < 7 && !rc; i++) {
+		rc = gen_ps(s, ps, q[order[i]], N, 0, o, NULL, NULL, &st);
+		reused[i] = st.n_reused;
+		x4_prefix_store_stats(ps, &a);
+		within &= a.bytes <= budget;
+	}
+	stats_line(ps, &a);
+	/* After the 7: A evicted by C, C by D, then C's return evicted B (LRU
+	 * then: B used at 3, D at 4, C at 5), B's return D. */
+	T_OK(!rc && within && reused[0] == 0 && reused[1] == 0 && reused[2] == 0 &&
+	     reused[3] == N - 1 && reused[4] == 0 && reused[5] == 0 && reused[6] == 0 &&
+	     a.evictions == 4 && a.entries == 2 && a.bytes == 2 * entry,
+	     "session.prefix.lru_eviction", "rc %d, bytes within the budget %s, reused %zu %zu %zu "
+	     "%zu %zu %zu %zu (want 0 0 0 19 0 0 0), %llu evictions (want 4), %llu entries",
+	     rc, within ? "yes" : "NO", reused[0], reused[1], reused[2], reused[3], reused[4],
+	     reused[5], reused[6], (unsigned long long)a.evictions, (unsigned long long)a.entries);
+	/* An entry larger than the whole budget is not kept, and evicts nothing. */
+	x4_prefix_stats b;
+	rc = gen_ps(s, ps, q[4], 3 * N, 0, o, NULL, NULL, &st);
+	x4_prefix_store_stats(ps, &b);
+	T_OK(!rc && b.entries == a.entries && b.bytes == a.bytes && b.evictions == a.evictions,
+	     "session.prefix.too_large_not_kept", "rc %d, %llu entries, %llu bytes, %llu evictions",
+	     rc, (unsigned long long)b.entries, (unsigned long long)b.bytes,
+	     (unsigned long long)b.evictions);
+	T_OK(b.hits == 1 && b.misses == 7 && b.reused_tokens == N - 1 && b.budget == budget,
+	     "session.prefix.counters", "%llu hits, %llu misses, %llu reused, budget %llu",
+	     (unsigned long long)b.hits, (unsigned long long)b.misses,
+	     (unsigned long long)b.reused_tokens, (unsigned long long)b.budget);
+	x4_prefix_store_clear(ps);
+	x4_prefix_store_stats(ps, &b);
+	T_OK(b.entries == 0 && b.bytes == 0 && b.hits == 1, "session.prefix.clear",
+	     "%llu entries, %llu bytes, %llu hits kept", (unsigned long long)b.entries,
+	     (unsigned long long)b.bytes, (unsigned long long)b.hits);
+	x4_prefix_store_free(ps);
+
+	/* Budget 0: a store that keeps nothing, so every request misses. */
+	rc = x4_prefix_store_create(&ps, 0, &e);
+	for (int i = 0; i < 2 && !rc; i++)
+		rc = gen_ps(s, ps, q[0], N, 4, o, NULL, NULL, &st);
+	x4_prefix_store_stats(ps, &b);
+	T_OK(!rc && b.entries == 0 && b.bytes == 0 && b.misses == 2 && b.hits == 0 &&
+	     st.n_reused == 0, "session.prefix.budget_0_keeps_nothing",
+	     "rc %d, %llu entries, %llu misses", rc, (unsigned long long)b.entries,
+	     (unsigned long long)b.misses);
+	x4_prefix_store_free(ps);
+	x4_session_close(s);
+}
+
+/* Rows made with other values never stand in for a request's own; rows
+ * made with another chunk, thread count or cache size do, bit for bit. */
+static void store_keys(const x4_trunk_opts *o)
+{
+	x4_err e = {0};
+	x4_session *s = open_tiny(), *fresh = open_tiny();
+	enum { N = 40, G = 6 };
+	int32_t p[N], a[G], b[G];
+	for (int i = 0; i < N; i++)
+		p[i] = 700 + (i * 29) % 5000;
+	x4_prefix_store *ps = NULL;
+	x4_gen_stats st;
+	int rc = x4_prefix_store_create(&ps, (uint64_t)1 << 30, &e);
+	rc = rc ? rc : gen_ps(s, ps, p, N, 0, o, NULL, NULL, &st);
+	/* Every variant but the default (which made the entry). */
+	for (size_t i = 1; i < N_VARIANTS && !rc; i++) {
+		x4_trunk_opts ob = *o;
+		apply_variant(&ob, &variants[i]);
+		/* Twice: the second finds the entry the first made with its own key. */
+		int rc1 = gen_ps(s, ps, p, N, 0, &ob, NULL, NULL, &st);
+		size_t first = st.n_reused;
+		rc = rc1 ? rc1 : gen_ps(s, ps, p, N, 0, &ob, NULL, NULL, &st);
+		char name[96];
+		snprintf(name, sizeof name, "session.prefix.key_%s_not_reused", variants[i].name);
+		T_OK(!rc && first == 0 && st.n_reused == N - 1, name, "rc %d, reused %zu the first "
+		     "time (want 0), %zu the second (want %d)", rc, first, st.n_reused, N - 1);
+	}
+	/* The same key with other speed options: reused, and the same tokens. */
+	x4_trunk_opts same = *o;
+	same.threads = 1;
+	same.prefill_chunk = 7;
+	same.max_ctx = 512;
+	rc = rc ? rc : gen(fresh, p, N, G, o, a, &st);
+	rc = rc ? rc : gen_ps(s, ps, p, N, G, &same, b, NULL, &st);
+	T_OK(!rc && st.n_reused == N - 1 && !memcmp(a, b, sizeof a),
+	     "session.prefix.key_ignores_chunk_threads_ctx", "rc %d, reused %zu, tokens %s", rc,
+	     st.n_reused, memcmp(a, b, sizeof a) ? "differ" : "equal");
+	x4_prefix_store_free(ps);
+	x4_session_close(s);
+	x4_session_close(fresh);
+}
+
+struct pf {
+	size_t first_done, total;
+	int calls;
+	bool stop;
+};
+static int pf_cb(void *ctx, size_t done, size_t total)
+{
+	struct pf *p = ctx;
+	if (!p->calls++) {
+		p->first_done = done;
+		p->total = total;
+	}
+	return p->stop;
+}
+
+/* A request stopped in its prefill offers the chunks it forwarded; the
+ * next request of that prompt restores them and counts them as done. */
+static void store_cancel(const x4_trunk_opts *o, const int32_t *longp)
+{
+	x4_err e = {0};
+	x4_session *s = open_tiny(), *fresh = open_tiny();
+	x4_prefix_store *ps = NULL;
+	x4_gen_stats st;
+	int32_t a[6], b[6];
+	struct pf pf = { .stop = true };
+	int rc = x4_prefix_store_create(&ps, (uint64_t)1 << 30, &e);
+	x4_request r = { .ids = longp, .n_ids = 300, .max_tokens = 6, .ignore_eos = true,
+			 .sampler = { .top_p = 1 }, .opts = o, .prefix = ps,
+			 .on_prefill = pf_cb, .ctx = &pf };
+	rc = rc ? rc : x4_session_generate(s, &r, &st, &e);
+	x4_prefix_stats ss;
+	x4_prefix_store_stats(ps, &ss);
+	uint64_t rb = x4_trunk_cache_row_bytes(x4_session_trunk(s));
+	size_t chunk = st.n_prefilled;
+	T_OK(!rc && st.stop == X4_STOP_CANCEL && chunk == 64 && ss.entries == 1 &&
+	     ss.bytes == chunk * (rb + 4), "session.prefix.cancel_offers_what_was_forwarded",
+	     "rc %d, stop %s, %zu forwarded, %llu entries of %llu bytes", rc, x4_stop_name(st.stop),
+	     chunk, (unsigned long long)ss.entries, (unsigned long long)ss.bytes);
+	pf = (struct pf){ .stop = false };
+	rc = rc ? rc : x4_session_generate(s, &r, &st, &e);
+	memcpy(b, st.tokens, sizeof b);
+	T_OK(!rc && st.n_reused == chunk && st.n_prefilled == 300 - chunk &&
+	     pf.first_done == chunk + 64 && pf.total == 300,
+	     "session.prefix.on_prefill_counts_restored", "rc %d, reused %zu, prefilled %zu, the "
+	     "first call said %zu of %zu (want %zu of 300)", rc, st.n_reused, st.n_prefilled,
+	     pf.first_done, pf.total, chunk + 64);
+	rc = rc ? rc : gen(fresh, longp, 300, 6, o, a, &st);
+	T_OK(!rc && !memcmp(a, b, sizeof a), "session.prefix.after_cancel_same_tokens",
+	     "rc %d, tokens %s", rc, memcmp(a, b, sizeof a) ? "differ" : "equal");
+	x4_prefix_store_free(ps);
+	x4_session_close(s);
+	x4_session_close(fresh);
+}
+
+/* What a chat's second turn reuses (docs/serving.md, "The prefix store").
+ * The tiny preset's tokenizer is x4's vocabulary (lib/tok*.c: Mistral's v3
+ * pieces with Xing4's control ids, the released layout), so the marker ids
+ * are the release's and only plain text may encode into other pieces. */
+static void store_chat(const x4_trunk_opts *o)
+{
+	x4_err e = {0};
+	x4_session *s = open_tiny();
+	const x4_tokenizer *tok = x4_model_tokenizer(x4_session_model(s));
+	x4_prefix_store *ps = NULL;
+	x4_gen_stats st;
+	x4_chat_msg t1[] = { { "system", "You are terse." },
+			     { "user", "What is the capital of France?" } };
+	x4_chat_msg t2[] = { { "system", "You are terse." },
+			     { "user", "What is the capital of France?" },
+			     { "assistant", "Paris." },
+			     { "user", "And Japan?" } };
+	int32_t *a = NULL, *b = NULL;
+	size_t na = 0, nb = 0;
+	int rc = x4_prefix_store_create(&ps, (uint64_t)1 << 30, &e);
+	rc = rc ? rc : x4_chat_tokenize(tok, t1, 2, true, &a, &na, &e);
+	rc = rc ? rc : x4_chat_tokenize(tok, t2, 4, true, &b, &nb, &e);
+	if (rc) {
+		T_OK(0, "session.prefix.chat", "%s", e.msg);
+		return;
+	}
+	size_t shared = 0;
+	while (shared < na && shared < nb && a[shared] == b[shared])
+		shared++;
+	/* Turn 1, whatever the tiny model answers: its rows and its fed
+	 * tokens are offered. */
+	x4_request r = { .chat = t1, .n_chat = 2, .max_tokens = 8, .ignore_eos = true,
+			 .sampler = { .top_p = 1 }, .opts = o, .prefix = ps };
+	rc = x4_session_generate(s, &r, &st, &e);
+	size_t n1 = st.n_prompt, fed = (size_t)x4_trunk_pos(x4_session_trunk(s));
+	r.chat = t2;
+	r.n_chat = 4;
+	rc = rc ? rc : x4_session_generate(s, &r, &st, &e);
+	printf("# chat: turn 1 is %zu ids (%zu in the cache with the fed reply), turn 2 %zu; "
+	       "they share %zu; the store restored %zu and turn 2 forwarded %zu\n", na, fed, nb,
+	       shared, st.n_reused, st.n_prefilled);
+	/* The two part where the generation prompt's <think> meets the past
+	 * turn's </think>: everything up to and with the first <_bot> (turn 1
+	 * less its <think> and newline) is shared, and nothing after it. */
+	int32_t bot = x4_token_find(tok, "<_bot>"), think = x4_token_find(tok, "<think>");
+	int32_t unthink = x4_token_find(tok, "</think>");
+	T_OK(!rc && n1 == na && shared == na - 2 && a[shared - 1] == bot && a[shared] == think &&
+	     b[shared] == unthink && st.n_reused == shared && st.n_prefilled == nb - shared,
+	     "session.prefix.chat_turn2_reuses_up_to_bot", "rc %d, turn 1 %zu ids, turn 2 %zu, "
+	     "shared %zu (want %zu), restored %zu", rc, na, nb, shared, na - 2, st.n_reused);
+	/* Pinned for this vocabulary: the shared 15 are <_system> You ▁are ▁ter
+	 * se . <_user> What ▁is ▁the ▁capital ▁of ▁France ? <_bot> (no dummy
+	 * prefix after a marker, lib/chat.c); turn 1 adds <think> <0x0A>; turn
+	 * 2 goes on </think> Par is . <_end> <0x0A> <_user> And ▁Japan ? <_bot>
+	 * <think> <0x0A>, 13 ids forwarded of 28. */
+	T_OK(na == 17 && nb == 28 && shared == 15, "session.prefix.chat_counts",
+	     "turn 1 %zu ids, turn 2 %zu, shared %zu (want 17, 28, 15)", na, nb, shared);
+	/* The control: a client that sends turn 1's own ids back (the prompt,
+	 * the fed reply, then the next user turn as ids) gets all of turn 1's
+	 * cache restored: what turn 2 loses is the template's doing. */
+	const char *next = "<_user>And Japan?<_bot><think>\n";
+	int32_t *tail = NULL, *c = NULL;
+	size_t nt = 0, nc = 0;
+	rc = rc ? rc : x4_tokenize(tok, next, strlen(next), X4_TOKENIZE_SPECIAL, &tail, &nt, &e);
+	x4_prefix_store_clear(ps);
+	r = (x4_request){ .chat = t1, .n_chat = 2, .max_tokens = 8, .ignore_eos = true,
+			  .sampler = { .top_p = 1 }, .opts = o, .prefix = ps };
+	rc = rc ? rc : x4_session_generate(s, &r, &st, &e);
+	if (!rc && (c = malloc((na + st.n_gen + nt) * sizeof *c))) {
+		/* the last generated token is not fed: the cache holds the rest */
+		nc = na + st.n_gen - 1;
+		memcpy(c, a, na * sizeof *c);
+		memcpy(c + na, st.tokens, (st.n_gen - 1) * sizeof *c);
+		memcpy(c + nc, tail, nt * sizeof *c);
+		nc += nt;
+		x4_request r3 = { .ids = c, .n_ids = nc, .max_tokens = 2, .ignore_eos = true,
+				  .sampler = { .top_p = 1 }, .opts = o, .prefix = ps };
+		rc = x4_session_generate(s, &r3, &st, &e);
+	}
+	T_OK(!rc && c && st.n_reused == fed, "session.prefix.chat_raw_ids_reuse_all",
+	     "rc %d, restored %zu of %zu (want %zu: turn 1 and its fed reply)", rc, st.n_reused,
+	     nc, fed);
+	free(tail);
+	free(c);
+	free(a);
+	free(b);
+	x4_prefix_store_free(ps);
+	x4_session_close(s);
+}
+
 int main(void)
 {
 	int32_t longp[300], shortp[5] = { 1, 700, 800, 900, 1000 };
@@ -408,5 +692,9 @@ int main(void)
 	cache_round_trip(x4_session_model(s), longp, 40);
 	x4_session_close(s);
 	store_hits(&o);
+	store_budget(&o);
+	store_keys(&o);
+	store_cancel(&o, longp);
+	store_chat(&o);
 	return t_done();
 }
