@@ -317,7 +317,9 @@ if start load --api-key "$KEY" --max-model-len 64 --quiet --prefix-cache 0; then
 	curl -s "$URL/metrics" >"$tmp/m2"
 	grep -q '^x4_prefix_enabled 0$' "$tmp/m2" && grep -q '^x4_prefix_budget_bytes 0$' "$tmp/m2"
 	check prefix.off "$?" "$(grep prefix "$tmp/m2")"
-	"$PY" tests/serve_client.py load "$URL" "$KEY" "$PID_load" 200 8
+	# shellcheck disable=SC2046
+	"$PY" tests/serve_client.py load "$URL" "$KEY" "$PID_load" 200 8 \
+		$(ldd "$SERVE" 2>/dev/null | grep -q libasan && echo asan)
 	stop load
 else
 	fail load.start "$(tail -n 5 "$tmp/load.err")"
@@ -336,7 +338,7 @@ for sig in INT TERM; do
 done
 
 # ---- the fuzzed corpus: no crash, no leak, still serving ----
-if start fuzz --api-key "$KEY" --max-model-len 16 --max-body 64K --timeout 2 --quiet; then
+if start fuzz --api-key "$KEY" --max-model-len 8 --max-body 64K --timeout 2 --quiet; then
 	"$PY" tests/serve_fuzz.py "$URL" "$KEY" 3000
 	st=$(curl -s -o /dev/null -w '%{http_code}' "$URL/health")
 	check fuzz.still_serving $([ "$st" = 200 ]; echo $?) "health $st"
@@ -344,3 +346,16 @@ if start fuzz --api-key "$KEY" --max-model-len 16 --max-body 64K --timeout 2 --q
 else
 	fail fuzz.start "$(tail -n 5 "$tmp/fuzz.err")"
 fi
+
+# ---- the man page: every option, endpoint and metric named ----
+miss=""
+for w in $("$SERVE" -h | grep -o -- '--[a-z][a-z-]*' | sort -u) /v1/chat/completions /v1/completions \
+	/v1/models /health /metrics $(grep -v '^#' "$tmp/m0" | sed 's/[{ ].*//' | sort -u); do
+	w=${w#--}
+	grep -q -- "$w" man/x4-serve.1 || miss="$miss $w"
+done
+for sec in OPTIONS ENDPOINTS METRICS "EXIT STATUS" EXAMPLES; do
+	grep -q "^\.Sh $sec\$" man/x4-serve.1 || miss="$miss .Sh:$sec"
+done
+grep -q '^\.Dd [A-Z][a-z]* [0-9][0-9]*, 20[0-9][0-9]$' man/x4-serve.1 || miss="$miss .Dd"
+check serve.man_page "$([ -z "$miss" ]; echo $?)" "man/x4-serve.1 lacks:$miss"
