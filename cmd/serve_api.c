@@ -356,8 +356,13 @@ static bool sampling(json_t *root, serve_job *j, serve_error *err)
 	    !parse_stop(root, j, err))
 		return false;
 	j->sampler.top_k = top_k < 0 ? 0 : (int)top_k;
+	/* without a seed, the clock's as x4-run takes it, and the job's address so
+	 * that two requests parsed at once differ */
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
 	j->sampler.seed = seed_given ? (uint64_t)seed
-				     : (uint64_t)time(NULL) * 1000003u + (uint64_t)j->created;
+				     : (uint64_t)ts.tv_sec * 1000000007ull + (uint64_t)ts.tv_nsec +
+				       (uint64_t)(uintptr_t)j;
 	j->max_tokens = max_given ? (long)maxt : 0;
 	return true;
 }

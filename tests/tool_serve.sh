@@ -228,14 +228,18 @@ check completion.stop "$([ "$msg" = ok ]; echo $?)" "stop '$stop': $msg"
 curl -s "$URL/metrics" >"$tmp/p0"
 st=$(req "${J[@]}" -d "$chat_body" "$URL/v1/chat/completions"); cp "$tmp/out" "$tmp/chat2.json"
 curl -s "$URL/metrics" >"$tmp/p1"
-msg=$(python3 - "$tmp/chat.json" "$tmp/chat2.json" "$tmp/p0" "$tmp/p1" <<'EOF2'
+# On the CPU a restored prompt answers bit for bit as a fresh one; on a GPU
+# the one token forwarded runs another kernel than the whole prefill did
+# (docs/serving.md, "The prefix store"), so only the counts are checked there.
+msg=$(python3 - "$tmp/chat.json" "$tmp/chat2.json" "$tmp/p0" "$tmp/p1" "$DEV" <<'EOF2'
 import json, sys
 a, b = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
 m = [dict(l.rsplit(" ", 1) for l in open(f) if l[0] != "#") for f in sys.argv[3:5]]
 d = lambda k: float(m[1][k]) - float(m[0][k])
 n = b["usage"]["prompt_tokens"]
 assert b["x4"]["reused_tokens"] == n - 1, ("reused", b["x4"]["reused_tokens"], n)
-assert b["x4"]["token_ids"] == a["x4"]["token_ids"], "the restored prompt answered otherwise"
+assert sys.argv[5] != "cpu" or b["x4"]["token_ids"] == a["x4"]["token_ids"], \
+    "the restored prompt answered otherwise"
 assert d("x4_prefix_hits_total") == 1 and d("x4_prefix_misses_total") == 0, "hits/misses"
 assert d("x4_prefix_reused_tokens_total") == n - 1, ("reused_tokens_total", d("x4_prefix_reused_tokens_total"))
 assert float(m[1]["x4_prefix_entries"]) >= 1 and float(m[1]["x4_prefix_bytes"]) > 0
