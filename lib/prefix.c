@@ -173,7 +173,8 @@ int x4_prefix_offer(x4_prefix_store *ps, x4_trunk *t, const int32_t *ids, size_t
 		return rc;
 	}
 	memcpy(nw->ids, ids, n * sizeof *ids);
-	nw->key = k;
+	/* memcpy, not assignment: keys compare with memcmp, padding and all */
+	memcpy(&nw->key, &k, sizeof k);
 	nw->n = n;
 	nw->bytes = bytes;
 	/* Entries that are a prefix of this one are replaced by it, so that

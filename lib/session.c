@@ -7,8 +7,9 @@
  * (lib/prefix.c) the rows of the longest prefix of its prompt the store
  * holds, prefills the rest in the trunk's chunks (a callback may stop it
  * between two), then picks, streams and feeds one token at a time, and at
- * the end offers its rows to the store.  The first decode step is kept apart from the steady
- * median: after a prefill it is not a steady-state step (docs/measuring.md).
+ * the end offers its rows to the store.  The first decode step is kept
+ * apart from the steady median: after a prefill it is not a steady-state
+ * step (docs/measuring.md).
  */
 #include "trunk_int.h"
 

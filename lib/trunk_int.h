@@ -96,7 +96,8 @@ x4_trunk_cuda *x4_trunk_cuda_part(x4_trunk *t);
  * may be restored into the other and continue exactly the computation the
  * first would have made (lib/prefix.c says why each field is here, and why
  * max_ctx, the chunk, the threads, the graph and pdl are not).  Filled by
- * x4_trunk_cache_key only (zeroed first, so two keys compare with memcmp). */
+ * x4_trunk_cache_key only (zeroed first, so two keys compare with memcmp;
+ * copy one with memcpy, which keeps its padding zero). */
 typedef struct x4_cache_key {
 	char model[17];     /* the checkpoint's fingerprint */
 	int device;         /* -1 the CPU, else the CUDA ordinal */

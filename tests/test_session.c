@@ -157,7 +157,8 @@ static void cache_round_trip(const x4_model *m, const int32_t *p, int n)
 			rc = x4_trunk_create(&tb, m, &ob, &e);
 		uint64_t rb = rc ? 0 : x4_trunk_cache_row_bytes(ta);
 		size_t elem = v->prec == X4_PREC_F64 ? 8 : 4;
-		char *rows = malloc((size_t)(rb ? rb : 1) * (size_t)n), *back = malloc((size_t)(rb ? rb : 1) * (size_t)n);
+		size_t bytes = (size_t)(rb ? rb : 1) * (size_t)n;
+		char *rows = malloc(bytes), *back = malloc(bytes);
 		if (!rc)
 			rc = x4_trunk_forward(ta, p, n, la, true, &e);
 		if (!rc)
