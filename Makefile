@@ -68,6 +68,23 @@ CMD_SRC  := $(wildcard cmd/x4-*.c)
 TOOLS    := $(CMD_SRC:cmd/%.c=bin/%)
 TEST_SRC := $(wildcard tests/test_*.c)
 TESTS    := $(TEST_SRC:tests/%.c=build/tests/%)
+# x4-serve needs libmicrohttpd and jansson (Debian: apt-get install
+# libmicrohttpd-dev libjansson-dev); without them it is not built, and said so.
+HAVE_SERVE := $(shell pkg-config --exists libmicrohttpd jansson 2>/dev/null && echo yes)
+SERVE_SRC := $(wildcard cmd/serve_*.c)
+SERVE_OBJ := $(SERVE_SRC:%.c=build/%.o)
+ifeq ($(HAVE_SERVE),yes)
+  SERVE_CFLAGS := $(shell pkg-config --cflags libmicrohttpd jansson)
+  # private: the library's objects, prerequisites too, are built without them
+  bin/x4-serve $(SERVE_OBJ): private X4_CFLAGS += $(SERVE_CFLAGS)
+  bin/x4-serve: $(SERVE_OBJ)
+  bin/x4-serve: private TOOL_EXTRA = $(SERVE_OBJ)
+  bin/x4-serve: private LDLIBS += $(shell pkg-config --libs libmicrohttpd jansson)
+else
+  TOOLS := $(filter-out bin/x4-serve,$(TOOLS))
+  CMD_SRC := $(filter-out cmd/x4-serve.c,$(CMD_SRC))
+  SERVE_SRC :=
+endif
 GPU_TEST_SRC := $(wildcard tests/gpu_*.c)
 GPU_TESTS := $(if $(NVCC),$(GPU_TEST_SRC:tests/%.c=build/tests/%),)
 
@@ -115,7 +132,8 @@ TOOL_OBJ := build/cmd/tool.o
 $(TOOL_OBJ): build/flags.txt
 bin/%: cmd/%.c $(TOOL_OBJ) build/libx4.a build/flags.txt
 	@mkdir -p $(@D) build/cmd
-	$(CC) $(ALL_CFLAGS) -MF build/cmd/$*.d $< -o $@ $(TOOL_OBJ) build/libx4.a $(LDFLAGS) $(LDLIBS)
+	$(CC) $(ALL_CFLAGS) -MF build/cmd/$*.d $< -o $@ $(TOOL_EXTRA) $(TOOL_OBJ) build/libx4.a \
+	  $(LDFLAGS) $(LDLIBS)
 
 build/tests/%: tests/%.c tests/t.h build/libx4.a build/flags.txt
 	@mkdir -p $(@D)
@@ -201,6 +219,7 @@ all: prof-note
 .PHONY: prof-note
 prof-note: $(TOOLS)
 	@$(if $(strip $(PROF_SKIPPED)),echo "x4: not found at build time and so skipped: $(strip $(PROF_SKIPPED))",:)
+	@$(if $(HAVE_SERVE),:,echo "x4: libmicrohttpd and jansson not found (pkg-config libmicrohttpd jansson): x4-serve not built; apt-get install libmicrohttpd-dev libjansson-dev")
 
 # The CPU suite again, built with ASan and UBSan (no CUDA), in a tree of its
 # own: build-asan/tree links to the sources and shares build/venv and
@@ -223,12 +242,12 @@ asan: venv corpus
 # Every C file of lib/, cmd/ and tests/ compiles warning-free at each -O
 # level (the optimiser decides which warnings GCC can see): compile only.
 OPT_LEVELS := -O0 -O1 -O2 -O3 -Os
-OPT_SRC := $(LIB_SRC) $(CMD_SRC) cmd/tool.c $(wildcard tests/*.c)
+OPT_SRC := $(LIB_SRC) $(CMD_SRC) cmd/tool.c $(SERVE_SRC) $(wildcard tests/*.c)
 check-opt:
 	@for o in $(OPT_LEVELS); do \
 	  echo "x4: compiling lib/, cmd/ and tests/ at $$o" >&2; \
 	  printf '%s\n' $(OPT_SRC) | \
-	    xargs -P $(NPROC) -I{} $(CC) $$o $(X4_CFLAGS) -Itests -c {} -o /dev/null || exit 1; \
+	    xargs -P $(NPROC) -I{} $(CC) $$o $(X4_CFLAGS) $(SERVE_CFLAGS) -Itests -c {} -o /dev/null || exit 1; \
 	done
 
 # Installed tools find the tiny model at PREFIX/share/x4/models/tiny

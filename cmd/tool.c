@@ -221,6 +221,17 @@ bool x4t_sampler_opt(int c, const char *arg, x4_sampler_opts *o)
 	return true;
 }
 
+void x4t_device_opts_check(const x4_trunk_opts *o)
+{
+	if (o->device < 0 && o->mem_limit)
+		x4t_usage_error("--gpu-memory caps device memory and means nothing on the CPU: drop "
+				"it, or add --device cuda:N");
+	if (o->device >= 0 && o->prec == X4_PREC_F64)
+		x4t_usage_error("--prec f64 is the CPU reference: use it with --device cpu");
+	if (o->device >= 0 && o->kv == X4_KV_EXACT)
+		x4t_usage_error("--kv-cache exact runs on the CPU only: the GPU's cache is fp16");
+}
+
 const char *x4t_prec_name(int prec) { return prec == X4_PREC_F64 ? "f64" : "f32"; }
 
 const char *x4t_sub_name(int s)
@@ -366,9 +377,7 @@ void x4t_catch_stop_signals(void)
 	sigaction(SIGHUP, &sa, NULL);
 }
 
-/* Length of the valid UTF-8 sequence at s (0 if invalid: a stray
- * continuation byte, a cut sequence, or the overlong lead bytes C0 and C1). */
-static int utf8_len(const unsigned char *s, size_t n)
+int x4t_utf8_len(const unsigned char *s, size_t n)
 {
 	int len = s[0] < 0x80 ? 1 : (s[0] >> 5) == 6 ? 2 : (s[0] >> 4) == 14 ? 3
 		: (s[0] >> 3) == 30 ? 4 : 0;
@@ -385,7 +394,7 @@ void x4t_json_str(FILE *f, const char *s, size_t n)
 	const unsigned char *u = (const unsigned char *)s;
 	fputc('"', f);
 	for (size_t i = 0; i < n;) {
-		int len = utf8_len(u + i, n - i);
+		int len = x4t_utf8_len(u + i, n - i);
 		if (!len) {
 			fputs("\\ufffd", f);
 			i++;

@@ -69,6 +69,9 @@ enum {
 bool x4t_trunk_opt(int c, const char *arg, x4_trunk_opts *o);
 bool x4t_load_opt(int c, const char *arg, x4_trunk_opts *o);
 bool x4t_sampler_opt(int c, const char *arg, x4_sampler_opts *o);
+/* Usage errors for options that mean nothing on the device chosen
+ * (--gpu-memory on the CPU; --prec f64 and --kv-cache exact on a GPU). */
+void x4t_device_opts_check(const x4_trunk_opts *o);
 /* The help lines of those options, for a tool's usage text. */
 extern const char x4t_trunk_help[], x4t_load_help[], x4t_sampler_help[];
 
@@ -114,6 +117,9 @@ int x4t_out_done(const char *what);
 extern volatile sig_atomic_t x4t_stop_signal;
 void x4t_catch_stop_signals(void);
 
+/* Length of the valid UTF-8 sequence at s (0 if invalid: a stray
+ * continuation byte, a cut sequence, or the overlong lead bytes C0 and C1). */
+int x4t_utf8_len(const unsigned char *s, size_t n);
 /* A JSON string (invalid UTF-8 as U+FFFD). */
 void x4t_json_str(FILE *f, const char *s, size_t n);
 

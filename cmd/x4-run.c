@@ -144,13 +144,7 @@ static void parse_args(int argc, char **argv, struct opts *o)
 		x4t_usage_error("--system is part of the chat template: add --chat");
 	if (o->chat && (o->bos || o->special))
 		x4t_usage_error("--bos and --special are for raw completion; --chat renders the template");
-	if (o->trunk.device < 0 && o->trunk.mem_limit)
-		x4t_usage_error("--gpu-memory caps device memory and means nothing on the CPU: drop "
-				"it, or add --device cuda:N");
-	if (o->trunk.device >= 0 && o->trunk.prec == X4_PREC_F64)
-		x4t_usage_error("--prec f64 is the CPU reference: use it with --device cpu");
-	if (o->trunk.device >= 0 && o->trunk.kv == X4_KV_EXACT)
-		x4t_usage_error("--kv-cache exact runs on the CPU only: the GPU's cache is fp16");
+	x4t_device_opts_check(&o->trunk);
 }
 
 /* The prompt's text: -p, else -f, else stdin when it is not a terminal and
