@@ -1,7 +1,7 @@
 /*
- * core_dev.cuh - device helpers shared by the attention, RoPE,
- * hyper-connection, norm, embedding, head and sampling kernels: BF16 and
- * fp16 widening, warp and block reductions, the hyper-connection's
+ * core_dev.cuh - device helpers shared by every kernel (the quantized
+ * products' own are quant_dev.cuh's, which builds on these): BF16 and fp16
+ * widening, warp and block reductions, the hyper-connection's
  * coefficient arithmetic (one body for the fused and the eager path, so the
  * two differ only in how the projection is summed) and the YaRN rotation.
  */
@@ -21,6 +21,7 @@ namespace x4c {
 #define X4C_FULL 0xffffffffu
 
 __device__ __forceinline__ float bf16(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
+__device__ __forceinline__ float f16(uint16_t h) { return __half2float(__ushort_as_half(h)); }
 
 /* Two BF16 values packed in one 32-bit word (the lower address in the low half). */
 __device__ __forceinline__ float2 bf16x2(uint32_t w)

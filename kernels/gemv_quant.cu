@@ -192,10 +192,7 @@ gemv_bf16_kernel(const uint4 *__restrict__ w, int n, int k, int wkl, const float
 	}
 #pragma unroll
 	for (int r = 0; r < R; r++) {
-		float a = acc[r];
-#pragma unroll
-		for (int o = 16; o; o >>= 1)
-			a = __fadd_rn(a, __shfl_xor_sync(0xffffffffu, a, o));
+		const float a = x4c::warp_sum(acc[r]);
 		if (lane == 0)
 			red[warp * R + r] = a;
 	}
@@ -406,9 +403,7 @@ gemv_q6k_kernel(const uint8_t *__restrict__ w, int n, int k, const float *__rest
 	for (int k0 = 0, c = 0; k0 < k; k0 += KC, c++)
 		chunk_dot<X4_T_Q6_K, 1>(p + row_bytes(X4_T_Q6_K, k0), k - k0 < KC ? k - k0 : KC, xs + c * XS,
 					 lane, acc);
-#pragma unroll
-	for (int o = 16; o; o >>= 1)
-		acc[0] = __fadd_rn(acc[0], __shfl_xor_sync(0xffffffffu, acc[0], o));
+	acc[0] = x4c::warp_sum(acc[0]);
 	if (row < n && lane == 0)
 		y[row] = acc[0];
 }

@@ -26,6 +26,7 @@
 
 #include "x4.h"
 #include "blockfmt.h"
+#include "core_dev.cuh"
 #include "pdl.cuh"
 
 namespace x4d {
@@ -43,8 +44,8 @@ __host__ __device__ inline size_t row_bytes(int type, int k)
 	return (size_t)x4b_row_bytes(type, (uint64_t)k);
 }
 
-__device__ __forceinline__ float f16(uint16_t h) { return __half2float(__ushort_as_half(h)); }
-__device__ __forceinline__ float bf16(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
+using x4c::bf16; /* the widenings and the warp sum are core_dev.cuh's */
+using x4c::f16;
 __device__ __forceinline__ float i8(uint32_t w, int j) { return (float)(int8_t)(w >> (8 * j)); }
 
 /* Nibble j of byte j (low nibbles when hi is 0, high when 1) of the 4 bytes
@@ -281,9 +282,7 @@ __device__ __forceinline__ void gemv_block(uint8_t *smem, const uint8_t *const (
 	for (int m = 0; m < NM; m++)
 #pragma unroll
 		for (int v = 0; v < NV; v++)
-#pragma unroll
-			for (int o = 16; o; o >>= 1)
-				acc[m][v] = __fadd_rn(acc[m][v], __shfl_xor_sync(0xffffffffu, acc[m][v], o));
+			acc[m][v] = x4c::warp_sum(acc[m][v]);
 }
 
 /* ---------------- the IQ4_NL register core ----------------
