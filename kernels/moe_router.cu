@@ -7,6 +7,7 @@
  */
 #include "cuda_check.h"
 #include "x4_kern.h"
+#include "core_dev.cuh"
 #include "pdl.cuh"
 
 #define ROUTER_WARPS 4
@@ -69,9 +70,7 @@ router_logits_kernel(int d, int n_expert, const float *__restrict__ x, const flo
 	float a = 0.f;
 	for (int c = lane; c < d; c += 32)
 		a = __fmaf_rn(wr[c], xs[c], a);
-#pragma unroll
-	for (int o = 16; o; o >>= 1)
-		a = __fadd_rn(a, __shfl_xor_sync(0xffffffffu, a, o));
+	a = x4c::warp_sum(a);
 	if (lane == 0)
 		score[(size_t)t * n_expert + ex] = 1.f / (1.f + expf(-a));
 }
@@ -135,9 +134,7 @@ router_logits_wide(int d, int n_expert, const float4 *__restrict__ x, const floa
 			a = __fmaf_rn(wv[j].w, xv[j].w, a);
 		}
 	}
-#pragma unroll
-	for (int o = 16; o; o >>= 1)
-		a = __fadd_rn(a, __shfl_xor_sync(0xffffffffu, a, o));
+	a = x4c::warp_sum(a);
 	if ((tid & 31) == 0)
 		red[tid >> 5] = a;
 	__syncthreads();
