@@ -157,6 +157,12 @@ struct pcase {
 
 static void run_product(const char *label, struct pcase c, uint64_t seed, int check_tok)
 {
+	const char *op = c.t == 1 ? "gemv" : "gemm";
+	char cas[200], name[64];
+	snprintf(cas, sizeof cas, "op %s type %s rows %d cols %d tokens %d seed %llu", op,
+		 x4_type_name(c.type), c.n, c.k, c.t, (unsigned long long)seed);
+	if (!t_want(op, cas))
+		return;
 	rng_s = seed;
 	size_t wb = x4_type_bytes(c.type, (uint64_t)c.n * c.k);
 	uint8_t *w = xmalloc(wb);
@@ -167,12 +173,8 @@ static void run_product(const char *label, struct pcase c, uint64_t seed, int ch
 	float *dx = dup_dev(x, (size_t)c.t * c.k * 4);
 	float *dy = dalloc((size_t)c.t * c.n * 4);
 	poison(dy, (size_t)c.t * c.n * 4);
-	const char *op = c.t == 1 ? "gemv" : "gemm";
 	int rc = c.t == 1 ? x4k_gemv(c.type, dw, c.n, c.k, dx, dy, st, &err)
 			  : x4k_gemm(c.type, dw, c.n, c.k, c.t, dx, dy, st, &err);
-	char cas[200], name[64];
-	snprintf(cas, sizeof cas, "op %s type %s rows %d cols %d tokens %d seed %llu", op,
-		 x4_type_name(c.type), c.n, c.k, c.t, (unsigned long long)seed);
 	snprintf(name, sizeof name, "%s %s %s", op, x4_type_name(c.type), label);
 	if (!rc)
 		rc = x4_cuda_check(cudaStreamSynchronize(st), "kernel", &err);
@@ -238,6 +240,8 @@ static void run_gemv2(int type, int n1, int n2, int k, uint64_t seed)
 	char cas[200];
 	snprintf(cas, sizeof cas, "op gemv2 type %s rows %d + %d cols %d seed %llu", x4_type_name(type),
 		 n1, n2, k, (unsigned long long)seed);
+	if (!t_want("gemv2", cas))
+		return;
 	rng_s = seed;
 	size_t b1 = x4_type_bytes(type, (uint64_t)n1 * k), b2 = x4_type_bytes(type, (uint64_t)n2 * k);
 	uint8_t *w1 = xmalloc(b1), *w2 = xmalloc(b2);
@@ -299,6 +303,8 @@ static void run_gemv_swiglu(int type, int n, int k, uint64_t seed)
 	char cas[200];
 	snprintf(cas, sizeof cas, "op gemv_swiglu type %s rows %d cols %d seed %llu", x4_type_name(type),
 		 n, k, (unsigned long long)seed);
+	if (!t_want("gemv_swiglu", cas))
+		return;
 	rng_s = seed;
 	size_t wb = x4_type_bytes(type, (uint64_t)n * k);
 	uint8_t *wg = xmalloc(wb), *wu = xmalloc(wb);
@@ -586,6 +592,8 @@ static void test_experts(const char *label, const struct moe_w *w, int n_tok, in
 		 "seed %llu", x4_type_name(w->type), d, w->f, E, k, n_tok, tile,
 		 (unsigned long long)seed);
 	snprintf(name, sizeof name, "moe experts %s %s tile %d", x4_type_name(w->type), label, tile);
+	if (!t_want("moe_experts", cas))
+		return;
 	rng_s = seed;
 	float *x = xmalloc((size_t)n_tok * d * 4), *sh = xmalloc((size_t)n_tok * d * 4);
 	int32_t *sel = xmalloc(nr * 4);
@@ -691,6 +699,8 @@ static void test_router(int n_tok, int d, int E, int k, uint64_t seed, int tie)
 	snprintf(cas, sizeof cas, "op moe_router type F32 d %d experts %d k %d tokens %d seed %llu%s", d, E,
 		 k, n_tok, (unsigned long long)seed, tie ? " exact-tie" : nan_bias ? " nan-bias" : "");
 	snprintf(name, sizeof name, "moe router%s", tie ? " exact tie" : nan_bias ? " NaN bias" : "");
+	if (!t_want("moe_router", cas))
+		return;
 	rng_s = seed;
 	size_t nr = (size_t)n_tok * k;
 	float *x = xmalloc((size_t)n_tok * d * 4), *wr = xmalloc((size_t)E * d * 4), *b = xmalloc((size_t)E * 4);
@@ -955,8 +965,9 @@ static void time_moe(void)
 	moe_w_free(&full_w);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+	t_filter(argc, argv);
 	if (x4_cuda_check(cudaStreamCreate(&st), "create a stream", &err)) {
 		printf("FAIL cuda: %s\n", err.msg);
 		return 1;
@@ -1034,9 +1045,15 @@ int main(void)
 	run_gemv_swiglu(X4_T_IQ4_NL, 7, 96, 6005); /* k % 256: three launches */
 	run_gemv_swiglu(X4_T_BF16, 7, 200, 6006);
 
-	test_swiglu();
-	test_moe();
+	if (t_want("swiglu", NULL))
+		test_swiglu();
+	if (t_want("moe", NULL))
+		test_moe();
 	printf("# parity took %.1f s\n", x4_now() - t0);
+	if (t_op) { /* a rerun of one op: no timings */
+		cudaStreamDestroy(st);
+		return t_done();
+	}
 
 	for (size_t i = 0; i < X4_ARRAY_LEN(model); i++)
 		time_product(model[i]);

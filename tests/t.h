@@ -37,6 +37,39 @@ static void t_result(int ok, const char *name, const char *fmt, ...)
 /* T_OK(cond, name, fmt, ...): one check. */
 #define T_OK(cond, name, ...) t_result(!!(cond), (name), __VA_ARGS__)
 
+/* The GPU kernel tests take OP[:CASE] on the command line, to rerun what a
+ * FAIL line printed: OP is the operation ("moe_router", "gemv", "rmsnorm";
+ * a case names itself "op OP ..." or by its check's name), CASE a piece of
+ * its case text ("nan-bias", "tokens 70 tile 64").  t_want(op, cas) is true
+ * when no filter is set, or op (NULL: any) is OP and cas contains CASE. */
+static const char *t_op, *t_case;
+static void t_filter(int argc, char **argv) __attribute__((unused));
+static void t_filter(int argc, char **argv)
+{
+	static char buf[256];
+	if (argc < 2)
+		return;
+	if (argc > 2 || argv[1][0] == '-' || strlen(argv[1]) >= sizeof buf) {
+		fprintf(stderr, "usage: %s [OP[:CASE]]\n", argv[0]);
+		exit(2);
+	}
+	strcpy(buf, argv[1]);
+	char *colon = strchr(buf, ':');
+	if (colon) {
+		*colon = 0;
+		t_case = colon + 1;
+	}
+	t_op = buf;
+}
+static int t_want(const char *op, const char *cas) __attribute__((unused));
+static int t_want(const char *op, const char *cas)
+{
+	size_t n = op ? strlen(op) : 0; /* "hc" takes "hc_post": a group by its prefix */
+	if (t_op && op && (strncmp(t_op, op, n) != 0 || (t_op[n] && t_op[n] != '_')))
+		return 0;
+	return !t_case || !cas || strstr(cas, t_case) != NULL;
+}
+
 /* The source tree's root, for tests that run built binaries (tests/run.sh
  * runs every test from there). */
 static int t_done(void) __attribute__((unused));
