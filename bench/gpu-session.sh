@@ -12,6 +12,8 @@
 #   x4-profile on the full preset at PROFILE_CTX (default "512 4096"), with traces.
 #   kernels: the kernel lab, old and new kernels side by side.  decode: the
 #   goal table's decode figures (512, 4096 by x4-bench-abab; 32768 by x4-run).
+#   cards: bench/cards.sh on the full preset over the machine's cards (a
+#   machine of two or more; CARDS_N, default every card nvidia-smi lists).
 # Logs and tables go to $OUT (or build/gpu-out when OUT is unset).
 set -u
 # The device tool brings back at most 8 files from $OUT: everything is
@@ -129,6 +131,12 @@ PY
 			${DECODE_OPTS:-} --json >"$OUT/decode-32768.json" 2>"$OUT/decode-32768.err"
 		python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); print("decode ctx %d: %s tok/s, first step %s ms, prefill %s tok/s" % (j["prompt_tokens"], j["decode_tok_s"], j["first_step_ms"], j["prefill_tok_s"]))' \
 			"$OUT/decode-32768.json" | tee -a "$OUT/session.log";;
+	cards)
+		n=${CARDS_N:-$(nvidia-smi -L | wc -l)}
+		log "bench/cards.sh on the full preset, $n cards"
+		OUT="$OUT/cards" bash bench/cards.sh /tmp/x4-full "$n" >"$OUT/cards.tsv" 2>"$OUT/cards.err"
+		echo "rc $?: $(grep '^cards.sh' "$OUT/cards.err")" | tee -a "$OUT/session.log"
+		grep -E '^(median|aggregate)	' "$OUT/cards.tsv" | tee -a "$OUT/session.log";;
 	*) echo "unknown step $s"; exit 2;;
 	esac
 done
