@@ -4,7 +4,8 @@
 # behind HAProxy on loopback, with deploy/haproxy.cfg as shipped (its
 # addresses come from the environment).  A burst spread over both, one
 # instance killed in the middle of a second burst with no request lost, the
-# killed one out of rotation, a stream passed through token by token.
+# killed one out of rotation, a stream passed through token by token, a
+# client that gives up cancelling its request on the instance.
 # Run from the tree's root (tests/run.sh does); under a minute.
 set -u
 cd "$(dirname "$0")/.." || exit 2
@@ -109,6 +110,28 @@ check balancer.stream.whole $([ "$msg" = ok ]; echo $?) "${msg:-$(tail -n 3 "$tm
 msg=$(jv "$r" '"ok" if d["first_event_s"] < 0.5 * d["done_s"] else "first event at %.2f s of %.2f" % (d["first_event_s"], d["done_s"])')
 check balancer.stream.incremental $([ "$msg" = ok ]; echo $?) "${msg:-$r}"
 check balancer.stream.not_compressed $([ "$(jv "$r" 'd["content_encoding"]')" = None ]; echo $?) "$r"
+
+# ---- a client that gives up: the instance cancels, whole or streamed ----
+# running N: wait (5 s at most) until x4_requests_running is N.
+running() {
+	local i
+	for i in $(seq 1 50); do
+		[ "$(curl -s "http://127.0.0.1:$PORT_a/metrics" | sed -n 's/^x4_requests_running //p')" = "$1" ] && return 0
+		sleep 0.1
+	done
+	return 1
+}
+cancelled() { curl -s "http://127.0.0.1:$PORT_a/metrics" | sed -n 's/^x4_cancellations_total //p'; }
+for how in whole stream; do
+	c0=$(cancelled)
+	s=false; [ $how = stream ] && s=true
+	curl -sN -m 1 -o /dev/null -H 'Content-Type: application/json' \
+		-d "{\"prompt\":\"Once\",\"max_tokens\":400,\"ignore_eos\":true,\"stream\":$s}" "$LB/v1/completions"
+	running 0; idle=$?
+	c1=$(cancelled)
+	check "balancer.client_gone.$how" $([ "$idle" = 0 ] && [ "$c1" = $((c0 + 1)) ]; echo $?) \
+		"cancellations $c0 -> $c1, running $(curl -s "http://127.0.0.1:$PORT_a/metrics" | sed -n 's/^x4_requests_running //p') 5 s after the client left"
+done
 
 # The survivor stops cleanly behind the balancer (under `make asan`, with no
 # sanitizer report).
