@@ -232,7 +232,7 @@ ASAN_ENV := ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:abort_on_error=0 \
             UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 asan: venv corpus
 	@mkdir -p $(ASAN_TREE)/build
-	@for d in Makefile lib cmd tests man data kernels; do \
+	@for d in Makefile lib cmd tests man data kernels bench deploy; do \
 	  [ -e $(ASAN_TREE)/$$d ] || ln -s ../../$$d $(ASAN_TREE)/$$d; done
 	@for d in venv corpus; do \
 	  [ -e $(ASAN_TREE)/build/$$d ] || ln -s ../../../build/$$d $(ASAN_TREE)/build/$$d; done

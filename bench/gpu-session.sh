@@ -17,6 +17,8 @@
 #   promise and the edge under each of CEILING_CAPS (default 22G 24G) by what a load
 #   accepts; CEILING_RUN=yes fills the edge's cache too (~95,000 positions at 22G: at the
 #   prefill rate of RESULTS 14, ~330 tok/s at 32k, longer than one device call).
+#   cards: bench/cards.sh on the full preset over the machine's cards (a
+#   machine of two or more; CARDS_N, default every card nvidia-smi lists).
 # Logs and tables go to $OUT (or build/gpu-out when OUT is unset).
 set -u
 # The device tool brings back at most 8 files from $OUT: everything is
@@ -149,6 +151,12 @@ PY
 				--chunks 128 $run >"$OUT/ceiling-$cap.tsv" 2>"$OUT/ceiling-$cap.err"
 			echo "ceiling --gpu-memory $cap: rc $? $(grep -E 'promises' "$OUT/ceiling-$cap.err" | tail -n 2 | tr '\n' ' ')" | tee -a "$OUT/session.log"
 		done;;
+	cards)
+		n=${CARDS_N:-$(nvidia-smi -L | wc -l)}
+		log "bench/cards.sh on the full preset, $n cards"
+		OUT="$OUT/cards" bash bench/cards.sh /tmp/x4-full "$n" >"$OUT/cards.tsv" 2>"$OUT/cards.err"
+		echo "rc $?: $(grep '^cards.sh' "$OUT/cards.err")" | tee -a "$OUT/session.log"
+		grep -E '^(median|aggregate)	' "$OUT/cards.tsv" | tee -a "$OUT/session.log";;
 	*) echo "unknown step $s"; exit 2;;
 	esac
 done
