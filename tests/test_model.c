@@ -191,6 +191,19 @@ static void test_binding(void)
 				       "found BF16 [256, 16]"),
 	     "mistyped tensor: expected and found", "rc %d: %s", rc, e.msg);
 
+	/* the routed experts take IQ4_NL or Q8_0 (X4_ROLE_EXPERT), the three
+	 * stacks of a block in one type */
+	struct defect d2q = { .retype = "blk.2.ffn_up_exps.weight", .new_type = X4_T_Q8_0 };
+	rc = rewrite(f, &d2q, &e) ? -100 : try_open(f, &e);
+	T_OK(rc == X4_ESHAPE && strstr(e.msg, "blk.2: the expert stacks are IQ4_NL, Q8_0 and "
+				       "IQ4_NL (gate, up, down)"),
+	     "expert stacks of two types refused", "rc %d: %s", rc, e.msg);
+	struct defect d2k = { .retype = "blk.2.ffn_up_exps.weight", .new_type = X4_T_Q6_K };
+	rc = rewrite(f, &d2k, &e) ? -100 : try_open(f, &e);
+	T_OK(rc == X4_ESHAPE && strstr(e.msg, "blk.2.ffn_up_exps.weight: expected IQ4_NL|Q8_0 "),
+	     "expert of a type the kernels do not take: the role's types named", "rc %d: %s", rc,
+	     e.msg);
+
 	struct defect d3 = { .reshape = "output_norm.weight" };
 	rc = rewrite(f, &d3, &e) ? -100 : try_open(f, &e);
 	T_OK(rc == X4_ESHAPE && strstr(e.msg, "output_norm.weight: expected F32 [256], found F32 "

@@ -218,9 +218,10 @@ static const struct {
 #undef X4_OFF_
 };
 
-static void shape_str(char *out, size_t cap, int type, int n_dims, const uint64_t *ne)
+/* "IQ4_NL [256, 128]": types (a type's or a role's names) and the shape. */
+static void shape_str(char *out, size_t cap, const char *types, int n_dims, const uint64_t *ne)
 {
-	int k = snprintf(out, cap, "%s [", x4_type_name(type));
+	int k = snprintf(out, cap, "%s [", types);
 	for (int d = 0; d < n_dims && k > 0 && (size_t)k < cap; d++)
 		k += snprintf(out + k, cap - (size_t)k, "%s%llu", d ? ", " : "",
 			      (unsigned long long)ne[d]);
@@ -298,10 +299,7 @@ static int bind(x4_model *m, x4_err *e)
 			continue; /* NextN: recognised below, never bound */
 		const x4_gguf_tensor *t = x4_gguf_find_tensor(m->g, s->name);
 		char want[96], got[96];
-		shape_str(want, sizeof want, s->type, s->n_dims, s->ne);
-		if (x4_role_types(s->role) != (1u << s->type)) /* "IQ4_NL or Q8_0 [...]" */
-			snprintf(want, sizeof want, "%s%s", x4_role_types_name(s->role),
-				 strchr(want, ' ') ? strchr(want, ' ') : "");
+		shape_str(want, sizeof want, x4_role_types_name(s->role), s->n_dims, s->ne);
 		if (!t) {
 			report_add(&r, "%s missing (expected %s)", s->name, want);
 			continue;
@@ -313,7 +311,7 @@ static int bind(x4_model *m, x4_err *e)
 		for (int d = 0; d < 4; d++)
 			same = same && t->ne[d] == s->ne[d];
 		if (!same) {
-			shape_str(got, sizeof got, t->type, t->n_dims, t->ne);
+			shape_str(got, sizeof got, x4_type_name(t->type), t->n_dims, t->ne);
 			report_add(&r, "%s: expected %s, found %s", s->name, want, got);
 			continue;
 		}
@@ -342,7 +340,7 @@ static int bind(x4_model *m, x4_err *e)
 		if (used[j] || is_nextn(c, t->name))
 			continue;
 		char got[96];
-		shape_str(got, sizeof got, t->type, t->n_dims, t->ne);
+		shape_str(got, sizeof got, x4_type_name(t->type), t->n_dims, t->ne);
 		report_add(&r, "%s (%s) is extra: not part of a xing4_0 file with these keys",
 			   t->name, got);
 	}
