@@ -127,7 +127,7 @@ void x4_trunk_cpu_set_probe(x4_trunk_cpu *t, x4_probe_fn fn, void *ctx);
  * rows of a saved run are a prefix of it), in the cache's own values:
  * float or double (opts.prec); n within what the caller checked. */
 uint64_t x4_trunk_cpu_row_bytes(const x4_trunk_cpu *t);
-void x4_trunk_cpu_cache_read(const x4_trunk_cpu *t, int n, void *rows);
+void x4_trunk_cpu_cache_read(const x4_trunk_cpu *t, int from, int n, void *rows);
 /* Write rows [0, n) and set the length to n. */
 void x4_trunk_cpu_cache_write(x4_trunk_cpu *t, int n, const void *rows);
 
@@ -154,7 +154,11 @@ int x4_trunk_cuda_configure(x4_trunk_cuda *t, const x4_trunk_opts *o, x4_err *e)
 void x4_trunk_cuda_stats(const x4_trunk_cuda *t, x4_trunk_stats *s);
 /* The same rows as the CPU's, in the GPU cache's fp16 bits. */
 uint64_t x4_trunk_cuda_row_bytes(const x4_trunk_cuda *t);
-int x4_trunk_cuda_cache_read(x4_trunk_cuda *t, int n, void *rows, x4_err *e);
+int x4_trunk_cuda_cache_read(x4_trunk_cuda *t, int from, int n, void *rows, x4_err *e);
+/* Positions [from, from + n) of a trunk's cache as rows (x4_trunk_cache_read
+ * is from 0), checked against its length: the prefix store reads only what
+ * no entry holds already. */
+int x4_trunk_cache_read_from(x4_trunk *t, int from, int n, void *rows, x4_err *e);
 int x4_trunk_cuda_cache_write(x4_trunk_cuda *t, int n, const void *rows, x4_err *e);
 /* The backend a trunk holds (NULL for the other), for the profiler's hooks
  * (lib/prof/prof.c). */

@@ -313,6 +313,12 @@ static void store_hits(const x4_trunk_opts *o)
 	T_OK(!rc && !rc2 && st.n_reused == 3 && !memcmp(ta, tb, sizeof ta),
 	     "session.prefix.short_after_long_is_fresh", "reused %zu (want 3), tokens %s",
 	     st.n_reused, memcmp(ta, tb, sizeof ta) ? "differ (a shared cache?)" : "equal");
+	/* Its entry took the 3 shared positions from the long entry's rows and
+	 * read only the rest from the trunk: restored, a fresh session's tokens. */
+	rc2 = gen_ps(s, ps, sh, 6, NG, o, tb, NULL, &st);
+	T_OK(!rc && !rc2 && st.n_reused == 5 && !memcmp(ta, tb, sizeof ta),
+	     "session.prefix.entry_built_on_an_entry_is_exact", "reused %zu (want 5), tokens %s",
+	     st.n_reused, memcmp(ta, tb, sizeof ta) ? "differ" : "equal");
 	/* Nothing shared: a miss, and a fresh session's tokens. */
 	rc = gen_ps(fresh, NULL, other, NP, NG, o, ta, NULL, &sf);
 	rc2 = gen_ps(s, ps, other, NP, NG, o, tb, NULL, &st);

@@ -275,11 +275,11 @@ uint64_t x4_trunk_cpu_row_bytes(const x4_trunk_cpu *t)
 	return (uint64_t)t->c->n_block * (uint64_t)t->cw * elem_bytes(t);
 }
 
-void x4_trunk_cpu_cache_read(const x4_trunk_cpu *t, int n, void *rows)
+void x4_trunk_cpu_cache_read(const x4_trunk_cpu *t, int from, int n, void *rows)
 {
 	size_t lb = (size_t)t->cw * elem_bytes(t), rb = (size_t)x4_trunk_cpu_row_bytes(t);
 	for (int b = 0; b < t->c->n_block; b++) {
-		const char *src = (const char *)t->cache + (size_t)b * (size_t)t->max_ctx * lb;
+		const char *src = (const char *)t->cache + ((size_t)b * (size_t)t->max_ctx + (size_t)from) * lb;
 		for (int p = 0; p < n; p++)
 			memcpy((char *)rows + (size_t)p * rb + (size_t)b * lb, src + (size_t)p * lb, lb);
 	}

@@ -492,9 +492,9 @@ uint64_t x4_trunk_cuda_row_bytes(const x4_trunk_cuda *t)
 	return (uint64_t)t->c->n_block * (uint64_t)t->cw * sizeof(uint16_t);
 }
 
-/* One 2D copy a layer: the layer's rows [0, n) are contiguous on the
- * device, and one position's slice of a host row is cw values wide. */
-static int cache_copy(x4_trunk_cuda *t, int n, void *host, bool to_host, x4_err *e)
+/* One 2D copy a layer: the layer's rows [from, from + n) are contiguous on
+ * the device, and one position's slice of a host row is cw values wide. */
+static int cache_copy(x4_trunk_cuda *t, int from, int n, void *host, bool to_host, x4_err *e)
 {
 	if (t->broken)
 		return x4_err_set(e, X4_ENOMEM, "the trunk has no cache since a failed change of "
@@ -504,7 +504,7 @@ static int cache_copy(x4_trunk_cuda *t, int n, void *host, bool to_host, x4_err 
 	X4_CUDA_TRY(cudaSetDevice(t->dev), "select the CUDA device", e);
 	size_t lb = (size_t)t->cw * sizeof(uint16_t), rb = (size_t)x4_trunk_cuda_row_bytes(t);
 	for (int b = 0; b < t->c->n_block && n > 0; b++) {
-		char *dev = (char *)(t->cache + (size_t)b * (size_t)t->max_ctx * (size_t)t->cw);
+		char *dev = (char *)(t->cache + ((size_t)b * (size_t)t->max_ctx + (size_t)from) * (size_t)t->cw);
 		char *h = (char *)host + (size_t)b * lb;
 		cudaError_t rc = to_host
 			? cudaMemcpy2DAsync(h, rb, dev, lb, lb, (size_t)n, cudaMemcpyDeviceToHost, t->s)
@@ -515,15 +515,15 @@ static int cache_copy(x4_trunk_cuda *t, int n, void *host, bool to_host, x4_err 
 	return 0;
 }
 
-int x4_trunk_cuda_cache_read(x4_trunk_cuda *t, int n, void *rows, x4_err *e)
+int x4_trunk_cuda_cache_read(x4_trunk_cuda *t, int from, int n, void *rows, x4_err *e)
 {
-	return cache_copy(t, n, rows, true, e);
+	return cache_copy(t, from, n, rows, true, e);
 }
 
 int x4_trunk_cuda_cache_write(x4_trunk_cuda *t, int n, const void *rows, x4_err *e)
 {
 	/* (the copy only reads the host rows) */
-	int rc = cache_copy(t, n, (void *)rows, false, e);
+	int rc = cache_copy(t, 0, n, (void *)rows, false, e);
 	if (!rc)
 		t->pos = n;
 	return rc;
@@ -584,7 +584,7 @@ void x4_trunk_cuda_set_probe(x4_trunk_cuda *t, x4_probe_fn fn, void *ctx) { (voi
 void x4_trunk_cuda_stats(const x4_trunk_cuda *t, x4_trunk_stats *s) { (void)t; (void)s; }
 uint64_t x4_trunk_cuda_row_bytes(const x4_trunk_cuda *t) { (void)t; return 0; }
 
-int x4_trunk_cuda_cache_read(x4_trunk_cuda *t, int n, void *rows, x4_err *e)
+int x4_trunk_cuda_cache_read(x4_trunk_cuda *t, int from, int n, void *rows, x4_err *e)
 {
 	return x4_err_set(e, X4_ECUDA, NO_CUDA);
 }

@@ -167,7 +167,23 @@ int x4_prefix_offer(x4_prefix_store *ps, x4_trunk *t, const int32_t *ids, size_t
 		entry_free(nw);
 		return 0;
 	}
-	int rc = x4_trunk_cache_read(t, (int)n, nw->rows, e);
+	/* The positions an entry of the same options already holds are its
+	 * rows (a position's rows depend on the ids up to it alone): copied on
+	 * the host; only the rest is read from the trunk, on a GPU the only
+	 * device-to-host copy of a turn that continues a conversation. */
+	const entry *src = NULL;
+	size_t have = 0;
+	for (entry *en = ps->head; en; en = en->next) {
+		size_t m = memcmp(&en->key, &k, sizeof k) ? 0 : common_prefix(en->ids, en->n, ids, n);
+		if (m > have) {
+			have = m;
+			src = en;
+		}
+	}
+	if (have)
+		memcpy(nw->rows, src->rows, have * (size_t)k.row_bytes);
+	int rc = x4_trunk_cache_read_from(t, (int)have, (int)(n - have),
+					  (char *)nw->rows + have * (size_t)k.row_bytes, e);
 	if (rc) {
 		entry_free(nw);
 		return rc;

@@ -295,16 +295,24 @@ static int check_rows(const char *verb, int n, int cap, const char *has, const c
 	return 0;
 }
 
-int x4_trunk_cache_read(x4_trunk *t, int n, void *rows, x4_err *e)
+int x4_trunk_cache_read_from(x4_trunk *t, int from, int n, void *rows, x4_err *e)
 {
-	int rc = check_rows("read", n, x4_trunk_pos(t), "holds", " of context", rows, e);
+	if (from < 0 || from > x4_trunk_pos(t))
+		return x4_err_set(e, X4_ERANGE, "cannot read the cache from position %d: it holds %d "
+				  "positions of context", from, x4_trunk_pos(t));
+	int rc = check_rows("read", n, x4_trunk_pos(t) - from, "holds", " of context", rows, e);
 	if (rc || !n)
 		return rc;
 	if (t->cpu) {
-		x4_trunk_cpu_cache_read(t->cpu, n, rows);
+		x4_trunk_cpu_cache_read(t->cpu, from, n, rows);
 		return 0;
 	}
-	return x4_trunk_cuda_cache_read(t->cuda, n, rows, e);
+	return x4_trunk_cuda_cache_read(t->cuda, from, n, rows, e);
+}
+
+int x4_trunk_cache_read(x4_trunk *t, int n, void *rows, x4_err *e)
+{
+	return x4_trunk_cache_read_from(t, 0, n, rows, e);
 }
 
 int x4_trunk_cache_restore(x4_trunk *t, int n, const void *rows, x4_err *e)
