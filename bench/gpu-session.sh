@@ -19,6 +19,16 @@
 #   prefill rate of RESULTS 14, ~330 tok/s at 32k, longer than one device call).
 #   cards: bench/cards.sh on the full preset over the machine's cards (a
 #   machine of two or more; CARDS_N, default every card nvidia-smi lists).
+#   deps: what x4-serve and its tests need and the GPU image lacks, carried
+#   from this machine (the device tool's carry: .deps, .whl): libmicrohttpd and
+#   jansson's Debian packages unpacked under /tmp/x4-deps (pkg-config and the
+#   loader pointed there), the openai client's wheels under /tmp/x4-site (PY).
+#   Put it first: the build finds x4-serve's libraries through it.  Fetch them
+#   here once: (cd .deps && apt-get download libmicrohttpd12 libmicrohttpd-dev
+#   libjansson-dev) and pip download the wheels of tests/requirements.txt's
+#   openai block (cp312, manylinux) into .whl.
+#   serve: bench/serve.sh on the full preset: x4-serve through a stock OpenAI
+#   client against x4-run (SERVE_ROUNDS, default 3).
 # Logs and tables go to $OUT (or build/gpu-out when OUT is unset).
 set -u
 # The device tool brings back at most 8 files from $OUT: everything is
@@ -157,6 +167,45 @@ PY
 		OUT="$OUT/cards" bash bench/cards.sh /tmp/x4-full "$n" >"$OUT/cards.tsv" 2>"$OUT/cards.err"
 		echo "rc $?: $(grep '^cards.sh' "$OUT/cards.err")" | tee -a "$OUT/session.log"
 		grep -E '^(median|aggregate)	' "$OUT/cards.tsv" | tee -a "$OUT/session.log";;
+	deps)
+		log "x4-serve's libraries and the openai client from .deps and .whl"
+		d=/tmp/x4-deps lib=/tmp/x4-deps/usr/lib/x86_64-linux-gnu
+		rm -rf "$d" /tmp/x4-site; mkdir -p "$d"
+		for f in .deps/*.deb; do dpkg -x "$f" "$d" || exit 1; done
+		# The -dev packages' .so links name the runtime's file; the image's own
+		# libjansson.so.4 (no -dev there) stands in, and gnutls's headers are
+		# not needed to link against libmicrohttpd.so.
+		ln -sf "$(ldconfig -p | awk '/libjansson.so.4 /{print $NF; exit}')" "$lib/libjansson.so"
+		sed -i '/^Requires.private/d' "$lib"/pkgconfig/*.pc
+		export PKG_CONFIG_PATH=$lib/pkgconfig PKG_CONFIG_SYSROOT_DIR=$d
+		export LD_LIBRARY_PATH=$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+		python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+			--target /tmp/x4-site .whl/*.whl >"$OUT/pip.log" 2>&1 || { tail -n 5 "$OUT/pip.log"; exit 1; }
+		printf '#!/bin/sh\nPYTHONPATH=/tmp/x4-site exec python3 "$@"\n' >/tmp/x4-py; chmod +x /tmp/x4-py
+		export PY=/tmp/x4-py
+		pkg-config --exists libmicrohttpd jansson && echo "deps: pkg-config finds libmicrohttpd and jansson" | tee -a "$OUT/session.log"
+		$PY -c 'import openai; print("deps: openai", openai.__version__)' | tee -a "$OUT/session.log";;
+	serve-test)
+		log "tests/gpu_serve.sh alone"
+		bash tests/gpu_serve.sh >"$OUT/gpu_serve.log" 2>&1
+		echo "gpu_serve rc $?: $(grep -c '^PASS' "$OUT/gpu_serve.log") PASS $(grep -c '^FAIL' "$OUT/gpu_serve.log") FAIL" | tee -a "$OUT/session.log"
+		grep '^FAIL' "$OUT/gpu_serve.log" | head -n 5;;
+	prefill-profile)
+		log "x4-profile --prefill on the full preset"
+		[ -f /tmp/x4-full/xing4_0-full.gguf ] || bin/x4-synth --preset full --seed 1 -o /tmp/x4-full >/dev/null 2>&1
+		for p in ${PREFILL_P:-512 4096}; do
+			bin/x4-profile -m /tmp/x4-full --device cuda:0 --prefill "$p" -n 2 --max-model-len 8192 \
+				--trace "$OUT/trace-prefill-$p.json.gz" >"$OUT/profile-prefill-$p.tsv" 2>"$OUT/profile-prefill-$p.err"
+			echo "profile prefill $p: rc $? $(tail -n 1 "$OUT/profile-prefill-$p.err")" | tee -a "$OUT/session.log"
+			awk -F'\t' '$1 == "class" || $1 == "step" || $1 == "prefill"' "$OUT/profile-prefill-$p.tsv" | head -n 30 | tee -a "$OUT/session.log"
+		done;;
+	serve)
+		log "bench/serve.sh on the full preset"
+		[ -f /tmp/x4-full/xing4_0-full.gguf ] || bin/x4-synth --preset full --seed 1 -o /tmp/x4-full >/dev/null 2>&1
+		bash bench/serve.sh /tmp/x4-full cuda:0 "${SERVE_ROUNDS:-3}" 128 >"$OUT/serve.tsv" 2>"$OUT/serve.err"
+		echo "serve.sh rc $?" | tee -a "$OUT/session.log"
+		grep '^median' "$OUT/serve.tsv" | tee -a "$OUT/session.log"
+		tee -a "$OUT/session.log" <"$OUT/serve.err";;
 	*) echo "unknown step $s"; exit 2;;
 	esac
 done

@@ -63,6 +63,7 @@ typedef struct serve_job {
 	char error[X4_ERR_MSG]; /* when finish is SERVE_FIN_ERROR */
 	bool oom;               /* a buffer could not grow: the job ends in error */
 
+	struct serve_worker *worker; /* the worker running it (set when it starts) */
 	int client_fd;          /* the connection's socket, watched for a hang-up */
 	atomic_bool cancel;     /* the client went away, or the server stops */
 	atomic_int refs;        /* the connection, the queue, the streamed response */

@@ -205,11 +205,7 @@ static int on_prefill(void *ctx, size_t done, size_t total)
 
 static void count(serve_worker *w, const serve_job *j, const x4_gen_stats *st)
 {
-	pthread_mutex_lock(&w->mu);
-	w->current = NULL;
-	pthread_mutex_unlock(&w->mu);
 	pthread_mutex_lock(&w->mmu);
-	w->m.running = 0;
 	if (j->finish == SERVE_FIN_CANCEL)
 		w->m.cancellations++;
 	if (st) {
@@ -224,6 +220,19 @@ static void count(serve_worker *w, const serve_job *j, const x4_gen_stats *st)
 		if (st->n_steady)
 			w->m.last_decode_tok_s = 1.0 / st->median_step_s;
 	}
+	store_stats(w, &w->m);
+	pthread_mutex_unlock(&w->mmu);
+}
+
+/* The worker is free for the next job: after the job's end and the offer
+ * of its rows to the store, whose counters /metrics then shows. */
+static void idle(serve_worker *w)
+{
+	pthread_mutex_lock(&w->mu);
+	w->current = NULL;
+	pthread_mutex_unlock(&w->mu);
+	pthread_mutex_lock(&w->mmu);
+	w->m.running = 0;
 	store_stats(w, &w->m);
 	pthread_mutex_unlock(&w->mmu);
 }
@@ -264,12 +273,23 @@ static void finish(serve_worker *w, serve_job *j, int rc, const x4_gen_stats *st
 	pthread_mutex_unlock(&j->mu);
 }
 
+/* The request has given its last token: answer the client now, before
+ * the session offers the rows to the store (a copy of the whole cache on
+ * a GPU, which the client need not wait for). */
+static void on_end(void *ctx, const x4_gen_stats *st)
+{
+	serve_job *j = ctx;
+	finish(j->worker, j, 0, st, NULL);
+}
+
 static void run(serve_worker *w, serve_job *j)
 {
 	if (atomic_load(&j->cancel)) {
 		finish(w, j, 0, NULL, NULL);
+		idle(w);
 		return;
 	}
+	j->worker = w;
 	pthread_mutex_lock(&j->mu);
 	j->started = true;
 	if (j->stream && j->kind == SERVE_CHAT && !serve_sse_delta(j, serve_model_name, "", 0, true))
@@ -279,12 +299,19 @@ static void run(serve_worker *w, serve_job *j)
 	x4_request r = {
 		.ids = j->ids, .n_ids = j->n_ids, .max_tokens = j->max_tokens, .sampler = j->sampler,
 		.ignore_eos = j->ignore_eos, .opts = &w->opts, .on_token = on_token,
-		.on_prefill = on_prefill, .ctx = j, .prefix = w->store,
+		.on_prefill = on_prefill, .on_end = on_end, .ctx = j, .prefix = w->store,
 	};
 	x4_gen_stats st;
 	x4_err e = {0};
 	int rc = x4_session_generate(w->session, &r, &st, &e);
-	finish(w, j, rc, &st, &e);
+	pthread_mutex_lock(&j->mu);
+	bool answered = j->done;
+	pthread_mutex_unlock(&j->mu);
+	if (!answered)
+		finish(w, j, rc, &st, &e);
+	else if (rc) /* the answer stands; only the store's copy of its rows failed */
+		x4t_warn("%s: the prefix store did not keep its rows: %s", j->id, e.msg);
+	idle(w);
 	if (!w->quiet) {
 		char reused[48] = "";
 		if (st.n_reused)
@@ -292,7 +319,8 @@ static void run(serve_worker *w, serve_job *j)
 		x4t_warn("%s: prompt %zu tokens%s, %zu generated, finish %s, prefill %.1f tok/s, "
 			 "decode %.1f tok/s%s%s", j->id, st.n_prompt, reused, st.n_gen,
 			 serve_finish_name(j->finish), isfinite(st.prefill_tok_s) ? st.prefill_tok_s : 0,
-			 st.n_steady ? 1.0 / st.median_step_s : 0.0, rc ? ": " : "", rc ? e.msg : "");
+			 st.n_steady ? 1.0 / st.median_step_s : 0.0, rc && !answered ? ": " : "",
+			 rc && !answered ? e.msg : "");
 	}
 }
 

@@ -728,6 +728,7 @@ enum x4_stop {
 };
 const char *x4_stop_name(int stop); /* "count", "eos", "context", "cancel" */
 
+struct x4_gen_stats;
 typedef struct x4_request {
 	/* The prompt, one of: raw ids (n_ids > 0); chat turns (n_chat > 0),
 	 * rendered with the generation prompt; else text (tokenize_flags:
@@ -765,6 +766,11 @@ typedef struct x4_request {
 	int (*on_token)(void *ctx, int32_t id, const char *piece, size_t len);
 	int (*on_prefill)(void *ctx, size_t done, size_t total);
 	int (*on_logits)(void *ctx, const float *rows, int n, x4_err *e);
+	/* Called once when a request that succeeded has given its last token,
+	 * with its statistics (offer_s not yet known), before the offer to the
+	 * prefix store: a server ends its response here, so that a client does
+	 * not wait for the copy of the cache rows.  Not called on failure. */
+	void (*on_end)(void *ctx, const struct x4_gen_stats *st);
 	void *ctx;
 	/* A prefix store (section 7c) or NULL.  When set, the request restores
 	 * the longest prefix of its prompt that the store holds for the

@@ -603,6 +603,61 @@ static void store_chat(const x4_trunk_opts *o)
 	x4_session_close(s);
 }
 
+/* on_end: once, after the last token and before the offer to the store
+ * (the store does not yet hold the request's rows), with the final counts;
+ * never for a request that fails. */
+struct end_seen {
+	x4_prefix_store *ps;
+	int calls;
+	size_t n_gen;
+	uint64_t entries;
+	double offer_s;
+};
+
+static void end_cb(void *ctx, const x4_gen_stats *st)
+{
+	struct end_seen *v = ctx;
+	x4_prefix_stats a;
+	x4_prefix_store_stats(v->ps, &a);
+	v->calls++;
+	v->n_gen = st->n_gen;
+	v->entries = a.entries;
+	v->offer_s = st->offer_s;
+}
+
+static void store_on_end(const x4_trunk_opts *o)
+{
+	x4_err e = {0};
+	x4_session *s = open_tiny();
+	x4_prefix_store *ps = NULL;
+	if (x4_prefix_store_create(&ps, (uint64_t)1 << 30, &e)) {
+		T_OK(0, "session.on_end", "create: %s", e.msg);
+		return;
+	}
+	int32_t p[12];
+	for (int i = 0; i < 12; i++)
+		p[i] = 700 + 31 * i;
+	struct end_seen v = { .ps = ps };
+	x4_request r = { .ids = p, .n_ids = 12, .max_tokens = 6, .ignore_eos = true,
+			 .sampler = { .top_p = 1 }, .opts = o, .prefix = ps, .on_end = end_cb,
+			 .ctx = &v };
+	x4_gen_stats st;
+	int rc = x4_session_generate(s, &r, &st, &e);
+	x4_prefix_stats a;
+	x4_prefix_store_stats(ps, &a);
+	T_OK(!rc && v.calls == 1 && v.n_gen == 6 && v.entries == 0 && v.offer_s == 0 &&
+	     a.entries == 1, "session.on_end_before_offer", "rc %d, %d calls, %zu tokens, %llu "
+	     "entries at the call, %llu after", rc, v.calls, v.n_gen,
+	     (unsigned long long)v.entries, (unsigned long long)a.entries);
+	v.calls = 0;
+	r.max_tokens = -1;
+	rc = x4_session_generate(s, &r, &st, &e);
+	T_OK(rc == X4_EINVAL && v.calls == 0, "session.on_end_not_on_failure", "rc %d, %d calls",
+	     rc, v.calls);
+	x4_prefix_store_free(ps);
+	x4_session_close(s);
+}
+
 int main(void)
 {
 	int32_t longp[300], shortp[5] = { 1, 700, 800, 900, 1000 };
@@ -703,5 +758,6 @@ int main(void)
 	store_keys(&o);
 	store_cancel(&o, longp);
 	store_chat(&o);
+	store_on_end(&o);
 	return t_done();
 }

@@ -17,7 +17,7 @@ SERVE=bin/x4-serve
 RUN=bin/x4-run
 MODEL=${1:-build/models/tiny}
 DEV=${2:-cpu}
-PY=build/venv/bin/python
+PY=${PY:-build/venv/bin/python}
 KEY=test-key-1
 tmp=$(mktemp -d)
 servers=()
@@ -300,11 +300,13 @@ err_is body_over_limit_chunked 413 "${J[@]}" -H 'Transfer-Encoding: chunked' --d
 python3 -c 'import socket,sys,time; s=socket.create_connection(("127.0.0.1",int(sys.argv[1]))); s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"); s.settimeout(20); t=time.time(); d=s.recv(100); print("closed" if not d else "data", round(time.time()-t))' "$PORT" >"$tmp/idle" 2>&1
 check bad.idle_dropped $(grep -q '^closed [2-9]' "$tmp/idle"; echo $?) "$(cat "$tmp/idle")"
 # Queue full: one request runs, one waits (--max-queue 1), the third gets 503.
-long_req='{"prompt":"Once","max_tokens":200,"temperature":0,"ignore_eos":true}'
+long_req='{"prompt":"Once","max_tokens":250,"temperature":0,"ignore_eos":true}'
+# On a GPU the running request lasts well under a second: no sleeps, only
+# polls, between the first request starting and the third arriving.
 curl -s -o /dev/null -H "Authorization: Bearer $KEY" "${J[@]}" -d "$long_req" "$URL/v1/completions" & c1=$!
-sleep 0.5
+for _ in $(seq 500); do curl -s "$URL/metrics" | grep -q '^x4_requests_running 1$' && break; done
 curl -s -o /dev/null -H "Authorization: Bearer $KEY" "${J[@]}" -d "$long_req" "$URL/v1/completions" & c2=$!
-for _ in $(seq 50); do curl -s "$URL/metrics" | grep -q '^x4_queue_depth 1$' && break; sleep 0.1; done
+for _ in $(seq 500); do curl -s "$URL/metrics" | grep -q '^x4_queue_depth 1$' && break; done
 err_is queue_full 503 "${J[@]}" -d '{"prompt":"x","max_tokens":1}' "$URL/v1/completions"
 kill "$c1" "$c2" 2>/dev/null; wait "$c1" "$c2" 2>/dev/null
 # The two clients that went away are cancelled by the server in its own time
