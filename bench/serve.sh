@@ -85,4 +85,16 @@ for w in sorted({x[2] for x in kept}, key=int):
 print("serve.sh: %d rows, %d voided (token counts differ)" % (len(rows), len(rows) - len(kept)),
       file=sys.stderr)
 PY
+# A chat, streamed by the same client: the issue's "done means".
+echo "What is the capital of France? Answer in one word." >"$tmp/q.txt"
+"$PY" bench/serve_bench.py "$url" "$name" "$tmp/q.txt" 64 chat >"$tmp/chat.json" ||
+	{ echo "serve.sh: the chat client failed" >&2; exit 1; }
+python3 - "$tmp/chat.json" <<'PY' >&2
+import json, sys
+j = json.load(open(sys.argv[1]))
+print("serve.sh: chat streamed by openai: %d events, %s prompt and %s completion tokens, finish %s,"
+      " TTFT %.1f ms, decode %.1f tok/s (steady %.1f), text %r" % (j["events"], j["prompt_tokens"],
+      j["completion_tokens"], j["finish_reason"], 1e3 * j["ttft_s"], j["decode_tok_s"],
+      j["steady_tok_s"], j["text"][:60]))
+PY
 curl -s "$url/metrics" | grep -E '^x4_(prefix_(hits|misses|reused_tokens)_total|requests_total|resident_bytes|cache_bytes) ' >&2

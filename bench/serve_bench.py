@@ -1,7 +1,10 @@
 """serve_bench.py - one streamed completion through x4-serve with the stock
 openai client, timed from the client's side.  bench/serve.sh runs it.
 
-  serve_bench.py BASE_URL MODEL PROMPT_FILE MAX_TOKENS
+  serve_bench.py BASE_URL MODEL PROMPT_FILE MAX_TOKENS [chat]
+
+With `chat` the prompt file's text is one user message of a streamed chat
+completion; without, the prompt of a streamed completion.
 
 Prints one JSON object: the time to the first token (the request's send to
 the first SSE event that carries a token), the decode rate over the events
@@ -21,15 +24,24 @@ def main():
     cl = openai.OpenAI(base_url=base + "/v1", api_key="none", max_retries=0, timeout=600)
     t0 = time.perf_counter()
     stamps, parts, usage, fin = [], [], None, None
-    for ch in cl.completions.create(model=model, prompt=prompt, max_tokens=n, temperature=0,
-                                    stream=True, stream_options={"include_usage": True},
-                                    extra_body={"ignore_eos": True}):
+    chat = len(sys.argv) > 5 and sys.argv[5] == "chat"
+    common = dict(model=model, max_tokens=n, temperature=0, stream=True,
+                  stream_options={"include_usage": True}, extra_body={"ignore_eos": True})
+    if chat:
+        stream = cl.chat.completions.create(messages=[{"role": "user", "content": prompt}],
+                                            **common)
+    else:
+        stream = cl.completions.create(prompt=prompt, **common)
+    for ch in stream:
         if ch.usage:
             usage = ch.usage
         for c in ch.choices:
-            stamps.append(time.perf_counter())
-            parts.append(c.text or "")
+            piece = c.delta.content if chat else c.text
             fin = c.finish_reason or fin
+            if not piece and (c.finish_reason or chat):
+                continue  # the role's opening event and the closing one carry no token
+            stamps.append(time.perf_counter())
+            parts.append(piece or "")
     out = {"events": len(stamps), "finish_reason": fin, "text": "".join(parts),
            "prompt_tokens": usage.prompt_tokens if usage else None,
            "completion_tokens": usage.completion_tokens if usage else None,
