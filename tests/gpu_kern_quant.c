@@ -917,7 +917,7 @@ static int tmoe_run(void *ctx, int i)
 	struct tmoe *t = ctx;
 	struct moe_run *m = &t->m[i % t->n];
 	return x4k_moe_experts(&m->r, X4_T_IQ4_NL, m->dx, full_w.d, full_w.f, full_w.dg, full_w.du,
-			       full_w.ddn, m->ews, m->ews_bytes, NULL, mma_now, st, &err);
+			       full_w.ddn, m->ews, m->ews_bytes, NULL, st, &err);
 }
 struct trouter {
 	x4k_moe_routes *r;
