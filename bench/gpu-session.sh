@@ -185,18 +185,6 @@ PY
 		export PY=/tmp/x4-py
 		pkg-config --exists libmicrohttpd jansson && echo "deps: pkg-config finds libmicrohttpd and jansson" | tee -a "$OUT/session.log"
 		$PY -c 'import openai; print("deps: openai", openai.__version__)' | tee -a "$OUT/session.log";;
-	mma)
-		# The tensor-core prefill products (enum x4_mma): their parity and
-		# kernel timings, the whole model against the CPU, then priced.
-		log "gpu_kern_quant and gpu_model with the --mma arms"
-		build/tests/gpu_kern_quant >"$OUT/mma-kern.log" 2>&1
-		echo "gpu_kern_quant rc $?: $(grep -c '^PASS' "$OUT/mma-kern.log") PASS $(grep -c '^FAIL' "$OUT/mma-kern.log") FAIL" | tee -a "$OUT/session.log"
-		grep '^FAIL' "$OUT/mma-kern.log" | head -n 8
-		grep -E '^# time (gemm|moe experts tokens 512)' "$OUT/mma-kern.log" | tee -a "$OUT/session.log"
-		grep -E 'mma (tf32|3xtf32)' "$OUT/mma-kern.log" | grep -E 'worst' | sort -t' ' -k8 -g | tail -n 4
-		bash tests/gpu_model.sh >"$OUT/mma-model.log" 2>&1
-		echo "gpu_model rc $?: $(grep -c '^PASS' "$OUT/mma-model.log") PASS $(grep -c '^FAIL' "$OUT/mma-model.log") FAIL" | tee -a "$OUT/session.log"
-		grep -E '^FAIL|mma' "$OUT/mma-model.log" | head -n 12 | tee -a "$OUT/session.log";;
 	serve-test)
 		log "tests/gpu_serve.sh alone"
 		bash tests/gpu_serve.sh >"$OUT/gpu_serve.log" 2>&1

@@ -152,10 +152,7 @@ const char x4t_trunk_help[] =
 "                          automatic, 64 on the CPU, up to 512 on a GPU)\n"
 "      --pdl on|off        GPU, sm_90 and later: programmatic dependent launch,\n"
 "                          each kernel's weight loads issued before it waits for\n"
-"                          its input (default on)\n"
-"      --mma M             GPU, sm_80 and later: a prefill chunk's products on\n"
-"                          fp32 FMAs (off), or the tensor cores in tf32 or in\n"
-"                          3xtf32 (a head-and-tail split, near fp32; default off)\n";
+"                          its input (default on)\n";
 
 const char x4t_load_help[] =
 "      --device DEV        cpu (default) or cuda:N\n"
@@ -198,7 +195,6 @@ bool x4t_trunk_opt(int c, const char *arg, x4_trunk_opts *o)
 	case X4T_O_THREADS: o->threads = (int)x4t_long(arg, 0, 4096, "--threads"); break;
 	case X4T_O_CHUNK: o->prefill_chunk = (int)x4t_long(arg, 0, 1 << 20, "--prefill-chunk"); break;
 	case X4T_O_PDL: o->pdl = pick("--pdl", arg, onoff, 2) == 0; break;
-	case X4T_O_MMA: o->mma = pick("--mma", arg, x4t_mma_names, 3); break;
 	default: return false;
 	}
 	return true;
@@ -238,8 +234,6 @@ void x4t_device_opts_check(const x4_trunk_opts *o)
 
 const char *x4t_prec_name(int prec) { return prec == X4_PREC_F64 ? "f64" : "f32"; }
 
-const char *const x4t_mma_names[3] = { "off", "tf32", "3xtf32" }; /* enum x4_mma */
-
 const char *x4t_sub_name(int s)
 {
 	return s == X4_SUB_BF16 ? "bf16" : s == X4_SUB_F16 ? "f16" : "f32";
@@ -259,12 +253,11 @@ void x4t_settings(const x4_trunk_opts *o, const x4_sampler_opts *so, char *out, 
 	char chunk[16], ctx[16];
 	snprintf(chunk, sizeof chunk, "%d", o->prefill_chunk);
 	snprintf(ctx, sizeof ctx, "%d", o->max_ctx);
-	snprintf(out, cap, "hc=%s graph=%s pdl=%s mma=%s sublayer=%s resid=%s prec=%s kv=%s max_ctx=%s "
+	snprintf(out, cap, "hc=%s graph=%s pdl=%s sublayer=%s resid=%s prec=%s kv=%s max_ctx=%s "
 		 "chunk=%s threads=%d temperature=%g top_k=%d top_p=%g seed=%llu",
 		 o->device < 0 ? "n/a" : o->hc_eager ? "eager" : "fused",
 		 o->device < 0 ? "n/a" : o->no_graph ? "off" : "on",
-		 o->device < 0 ? "n/a" : o->pdl ? "on" : "off",
-		 o->device < 0 ? "n/a" : x4t_mma_names[o->mma], x4t_sub_name(o->sublayer),
+		 o->device < 0 ? "n/a" : o->pdl ? "on" : "off", x4t_sub_name(o->sublayer),
 		 x4_resid_name(o->resid), x4t_prec_name(o->prec), x4t_kv_name(o),
 		 o->max_ctx ? ctx : "auto", o->prefill_chunk ? chunk : "auto",
 		 o->threads ? o->threads : x4_ncpu(), so->temperature, so->top_k, so->top_p,

@@ -42,7 +42,7 @@ void x4t_ids(const char *s, int32_t **ids, size_t *n);
  * when c was one). */
 enum {
 	X4T_O_MAXLEN = 1000, X4T_O_RESID, X4T_O_PREC, X4T_O_KV, X4T_O_HC, X4T_O_SUB,
-	X4T_O_GRAPH, X4T_O_THREADS, X4T_O_CHUNK, X4T_O_PDL, X4T_O_MMA,
+	X4T_O_GRAPH, X4T_O_THREADS, X4T_O_CHUNK, X4T_O_PDL,
 	/* the load options: they need the weights reloaded */
 	X4T_O_DEVICE, X4T_O_GPUMEM,
 	/* sampling */
@@ -58,8 +58,7 @@ enum {
 	{"graph", required_argument, 0, X4T_O_GRAPH},                   \
 	{"threads", required_argument, 0, X4T_O_THREADS},               \
 	{"prefill-chunk", required_argument, 0, X4T_O_CHUNK},            \
-	{"pdl", required_argument, 0, X4T_O_PDL}, \
-	{"mma", required_argument, 0, X4T_O_MMA}
+	{"pdl", required_argument, 0, X4T_O_PDL}
 #define X4T_LOAD_LONGOPTS                                               \
 	{"device", required_argument, 0, X4T_O_DEVICE},                 \
 	{"gpu-memory", required_argument, 0, X4T_O_GPUMEM}
@@ -79,7 +78,6 @@ extern const char x4t_trunk_help[], x4t_load_help[], x4t_sampler_help[];
 /* Names of the option values, for stats lines and rows. */
 const char *x4t_prec_name(int prec);
 const char *x4t_sub_name(int sub);
-extern const char *const x4t_mma_names[3]; /* enum x4_mma's names, as --mma takes them */
 /* What the cache holds as the trunk resolves X4_KV_DEFAULT. */
 const char *x4t_kv_name(const x4_trunk_opts *o);
 /* Every setting of a request that can change a number, as one word list

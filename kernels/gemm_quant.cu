@@ -2,8 +2,8 @@
  * gemm_quant.cu - prefill matrix-matrix products Y = X W^T for IQ4_NL, Q6_K
  * and BF16 weights (x4_kern.h section 1).  A block owns 64 rows x 64 tokens;
  * each 32-wide slice of its weight rows is dequantized once into shared
- * memory and used by all 64 tokens, with fp32 FMAs or on the tensor cores
- * in TF32 (enum x4_mma; quant_dev.cuh's gemm core).
+ * memory and used by all 64 tokens, with fp32 FMAs (quant_dev.cuh).
+ * Tensor cores are the next step; this is the correct baseline.
  */
 #include "cuda_check.h"
 #include "x4_kern.h"
@@ -11,20 +11,20 @@
 
 using namespace x4d;
 
-template <int TYPE, int MMA>
+template <int TYPE>
 __global__ void __launch_bounds__(GEMM_THREADS)
 gemm_kernel(const uint8_t *__restrict__ w, int n, int k, int n_tok, const float *__restrict__ x,
 	    float *__restrict__ y)
 {
-	__shared__ __align__(128) uint8_t smem[gemm_smem<1, MMA>::BYTES];
-	const float **xrow = reinterpret_cast<const float **>(smem + gemm_smem<1, MMA>::BYTES - TT * 8);
+	__shared__ __align__(16) uint8_t smem[gemm_smem<1>::BYTES];
+	const float **xrow = reinterpret_cast<const float **>(smem + gemm_smem<1>::BYTES - TT * 8);
 	const int n0 = blockIdx.x * TN, t0 = blockIdx.y * TT;
 	const int nt = n_tok - t0 < TT ? n_tok - t0 : TT;
 	if (threadIdx.x < TT) /* read after gemm_block's first barrier */
 		xrow[threadIdx.x] = x + (size_t)(t0 + min((int)threadIdx.x, nt - 1)) * k;
 	const uint8_t *const wm[1] = { w };
 	float acc[1][4][4];
-	gemm_block<TYPE, 1, MMA>(smem, wm, n, k, n0, xrow, nt, acc);
+	gemm_block<TYPE, 1>(smem, wm, n, k, n0, xrow, nt, acc);
 	const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
 #pragma unroll
 	for (int j = 0; j < 4; j++)
@@ -36,20 +36,8 @@ gemm_kernel(const uint8_t *__restrict__ w, int n, int k, int n_tok, const float 
 		}
 }
 
-template <int TYPE>
-static void launch(dim3 grid, const uint8_t *w, int n, int k, int n_tok, const float *x, float *y,
-		   int mma, cudaStream_t s)
-{
-	if (mma == X4_MMA_TF32X3)
-		gemm_kernel<TYPE, X4_MMA_TF32X3><<<grid, GEMM_THREADS, 0, s>>>(w, n, k, n_tok, x, y);
-	else if (mma == X4_MMA_TF32)
-		gemm_kernel<TYPE, X4_MMA_TF32><<<grid, GEMM_THREADS, 0, s>>>(w, n, k, n_tok, x, y);
-	else
-		gemm_kernel<TYPE, X4_MMA_OFF><<<grid, GEMM_THREADS, 0, s>>>(w, n, k, n_tok, x, y);
-}
-
 extern "C" int x4k_gemm(int type, const void *w, int n, int k, int n_tok, const float *x,
-			float *y, int mma, cudaStream_t s, x4_err *e)
+			float *y, cudaStream_t s, x4_err *e)
 {
 	int rc = check_matrix("x4k_gemm", type, w, n, k, e);
 	if (rc)
@@ -58,21 +46,19 @@ extern "C" int x4k_gemm(int type, const void *w, int n, int k, int n_tok, const 
 		return x4_err_set(e, X4_EINVAL, "x4k_gemm: %d tokens is out of range", n_tok);
 	if (!x || !y)
 		return x4_err_set(e, X4_EINVAL, "x4k_gemm: NULL input or output");
-	if (mma < X4_MMA_OFF || mma > X4_MMA_TF32X3)
-		return x4_err_set(e, X4_EINVAL, "x4k_gemm: mma %d is not one of off, tf32, 3xtf32", mma);
 	if (n == 0 || n_tok == 0)
 		return 0;
-	dim3 grid((unsigned)((n + TN - 1) / TN), (unsigned)((n_tok + TT - 1) / TT));
+	dim3 grid((unsigned)((n + TN - 1) / TN), (unsigned)((n_tok + TT - 1) / TT)), block(GEMM_THREADS);
 	const uint8_t *wb = static_cast<const uint8_t *>(w);
 	switch (type) {
 	case X4_T_IQ4_NL:
-		launch<X4_T_IQ4_NL>(grid, wb, n, k, n_tok, x, y, mma, s);
+		gemm_kernel<X4_T_IQ4_NL><<<grid, block, 0, s>>>(wb, n, k, n_tok, x, y);
 		break;
 	case X4_T_Q6_K:
-		launch<X4_T_Q6_K>(grid, wb, n, k, n_tok, x, y, mma, s);
+		gemm_kernel<X4_T_Q6_K><<<grid, block, 0, s>>>(wb, n, k, n_tok, x, y);
 		break;
 	default:
-		launch<X4_T_BF16>(grid, wb, n, k, n_tok, x, y, mma, s);
+		gemm_kernel<X4_T_BF16><<<grid, block, 0, s>>>(wb, n, k, n_tok, x, y);
 		break;
 	}
 	return x4_cuda_launched("x4k_gemm: launch", e);

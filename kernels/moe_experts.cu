@@ -121,13 +121,13 @@ moe_down_gemv(x4k_moe_routes r, int d, int f, const uint8_t *__restrict__ down,
 
 /* ---- prefill shape: gemm core ---- */
 
-template <int T_EXP, int MMA>
+template <int T_EXP>
 __global__ void __launch_bounds__(GEMM_THREADS)
 moe_gu_gemm(x4k_moe_routes r, const float *__restrict__ x, int d, int f, const uint8_t *__restrict__ gate,
 	    const uint8_t *__restrict__ up, float *__restrict__ h)
 {
-	__shared__ __align__(128) uint8_t smem[gemm_smem<2, MMA>::BYTES];
-	const float **xrow = reinterpret_cast<const float **>(smem + gemm_smem<2, MMA>::BYTES - TT * 8);
+	__shared__ __align__(16) uint8_t smem[gemm_smem<2>::BYTES];
+	const float **xrow = reinterpret_cast<const float **>(smem + gemm_smem<2>::BYTES - TT * 8);
 	int ex, start, cnt;
 	if (!tile_of(r, &ex, &start, &cnt))
 		return;
@@ -137,7 +137,7 @@ moe_gu_gemm(x4k_moe_routes r, const float *__restrict__ x, int d, int f, const u
 	const uint8_t *const wm[2] = { gate + at, up + at };
 	const int n0 = blockIdx.y * TN;
 	float acc[2][4][4];
-	gemm_block<T_EXP, 2, MMA>(smem, wm, f, d, n0, xrow, cnt, acc);
+	gemm_block<T_EXP, 2>(smem, wm, f, d, n0, xrow, cnt, acc);
 	const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
 #pragma unroll
 	for (int j = 0; j < 4; j++)
@@ -149,13 +149,13 @@ moe_gu_gemm(x4k_moe_routes r, const float *__restrict__ x, int d, int f, const u
 		}
 }
 
-template <int T_EXP, int MMA>
+template <int T_EXP>
 __global__ void __launch_bounds__(GEMM_THREADS)
 moe_down_gemm(x4k_moe_routes r, int d, int f, const uint8_t *__restrict__ down,
 	      const float *__restrict__ h, float *__restrict__ out)
 {
-	__shared__ __align__(128) uint8_t smem[gemm_smem<1, MMA>::BYTES];
-	const float **xrow = reinterpret_cast<const float **>(smem + gemm_smem<1, MMA>::BYTES - TT * 8);
+	__shared__ __align__(16) uint8_t smem[gemm_smem<1>::BYTES];
+	const float **xrow = reinterpret_cast<const float **>(smem + gemm_smem<1>::BYTES - TT * 8);
 	int ex, start, cnt;
 	if (!tile_of(r, &ex, &start, &cnt))
 		return;
@@ -164,7 +164,7 @@ moe_down_gemm(x4k_moe_routes r, int d, int f, const uint8_t *__restrict__ down,
 	const uint8_t *const wm[1] = { down + (size_t)ex * d * row_bytes(T_EXP, f) };
 	const int n0 = blockIdx.y * TN;
 	float acc[1][4][4];
-	gemm_block<T_EXP, 1, MMA>(smem, wm, d, f, n0, xrow, cnt, acc);
+	gemm_block<T_EXP, 1>(smem, wm, d, f, n0, xrow, cnt, acc);
 	const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
 #pragma unroll
 	for (int j = 0; j < 4; j++) {
@@ -231,30 +231,15 @@ __global__ void moe_reduce_kernel(x4k_moe_routes r, const float *__restrict__ ou
 static size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
 
 /* The two products of one call on experts of type T_EXP. */
-template <int T_EXP, int MMA>
-static int launch_gemm(const x4k_moe_routes *r, const float *x, int d, int f, const uint8_t *g8,
-		       const uint8_t *u8, const uint8_t *d8, float *h, float *o, cudaStream_t s,
-		       x4_err *e)
-{
-	const unsigned tiles = (unsigned)r->max_tiles;
-	moe_gu_gemm<T_EXP, MMA><<<dim3(tiles, (f + TN - 1) / TN), GEMM_THREADS, 0, s>>>(*r, x, d, f, g8, u8, h);
-	X4_CUDA_TRY(cudaGetLastError(), "x4k_moe_experts: gate/up launch", e);
-	moe_down_gemm<T_EXP, MMA><<<dim3(tiles, (d + TN - 1) / TN), GEMM_THREADS, 0, s>>>(*r, d, f, d8, h, o);
-	return 0;
-}
-
 template <int T_EXP>
 static int launch(const x4k_moe_routes *r, const float *x, int d, int f, const uint8_t *g8,
-		  const uint8_t *u8, const uint8_t *d8, float *h, float *o, int mma, cudaStream_t s,
-		  x4_err *e)
+		  const uint8_t *u8, const uint8_t *d8, float *h, float *o, cudaStream_t s, x4_err *e)
 {
 	const unsigned tiles = (unsigned)r->max_tiles;
 	if (r->tile == TT) {
-		int rc = mma == X4_MMA_TF32X3 ? launch_gemm<T_EXP, X4_MMA_TF32X3>(r, x, d, f, g8, u8, d8, h, o, s, e)
-		       : mma == X4_MMA_TF32   ? launch_gemm<T_EXP, X4_MMA_TF32>(r, x, d, f, g8, u8, d8, h, o, s, e)
-					      : launch_gemm<T_EXP, X4_MMA_OFF>(r, x, d, f, g8, u8, d8, h, o, s, e);
-		if (rc)
-			return rc;
+		moe_gu_gemm<T_EXP><<<dim3(tiles, (f + TN - 1) / TN), GEMM_THREADS, 0, s>>>(*r, x, d, f, g8, u8, h);
+		X4_CUDA_TRY(cudaGetLastError(), "x4k_moe_experts: gate/up launch", e);
+		moe_down_gemm<T_EXP><<<dim3(tiles, (d + TN - 1) / TN), GEMM_THREADS, 0, s>>>(*r, d, f, d8, h, o);
 	} else {
 		moe_gu_gemv<T_EXP><<<dim3(tiles, (f + GEMV_WARPS - 1) / GEMV_WARPS), GEMV_WARPS * 32, 0, s>>>(
 			*r, x, d, f, g8, u8, h);
@@ -267,12 +252,10 @@ static int launch(const x4k_moe_routes *r, const float *x, int d, int f, const u
 
 extern "C" int x4k_moe_experts(const x4k_moe_routes *r, int type, const float *x, int d, int f,
 			       const void *gate, const void *up, const void *down, void *ws,
-			       size_t ws_bytes, const float **out, int mma, cudaStream_t s, x4_err *e)
+			       size_t ws_bytes, const float **out, cudaStream_t s, x4_err *e)
 {
 	if (!r || !x || !gate || !up || !down || !ws)
 		return x4_err_set(e, X4_EINVAL, "x4k_moe_experts: NULL argument");
-	if (mma < X4_MMA_OFF || mma > X4_MMA_TF32X3)
-		return x4_err_set(e, X4_EINVAL, "x4k_moe_experts: mma %d is not one of off, tf32, 3xtf32", mma);
 	if (type != X4_T_IQ4_NL && type != X4_T_Q8_0)
 		return x4_err_set(e, X4_EINVAL, "x4k_moe_experts: expert weights are %s; the experts "
 				  "take IQ4_NL or Q8_0", x4_type_name(type));
@@ -299,8 +282,8 @@ extern "C" int x4k_moe_experts(const x4k_moe_routes *r, int type, const float *x
 		return 0;
 	const uint8_t *g8 = static_cast<const uint8_t *>(gate), *u8 = static_cast<const uint8_t *>(up);
 	const uint8_t *d8 = static_cast<const uint8_t *>(down);
-	return type == X4_T_Q8_0 ? launch<X4_T_Q8_0>(r, x, d, f, g8, u8, d8, h, o, mma, s, e)
-				 : launch<X4_T_IQ4_NL>(r, x, d, f, g8, u8, d8, h, o, mma, s, e);
+	return type == X4_T_Q8_0 ? launch<X4_T_Q8_0>(r, x, d, f, g8, u8, d8, h, o, s, e)
+				 : launch<X4_T_IQ4_NL>(r, x, d, f, g8, u8, d8, h, o, s, e);
 }
 
 extern "C" int x4k_moe_reduce(const x4k_moe_routes *r, const float *out, const float *shared, int d,

@@ -10,9 +10,7 @@
  *   only 2-byte aligned, so the bytes are staged and decoded from shared
  *   memory), against NV input vectors held in shared memory.
  *   gemm core: a 64-row x 64-token tile; each 32-wide slice of the weight is
- *   dequantized once into shared memory and reused by all 64 tokens, then
- *   multiplied with fp32 FMAs or (sm_80 and later, enum x4_mma) on the
- *   tensor cores in TF32, once or three times (the 3xTF32 split).
+ *   dequantized once into shared memory and reused by all 64 tokens.
  *
  * All sums are fp32 and run in a fixed order (no atomics), written with
  * explicit _rn intrinsics so that no instantiation (one input vector or four)
@@ -24,7 +22,6 @@
 
 #include <cuda_runtime.h>
 #include <cuda_fp16.h>
-#include <mma.h>
 #include <stdint.h>
 
 #include "x4.h"
@@ -436,15 +433,14 @@ __device__ __forceinline__ void iq4_group_dot(const uint4 *const (&wp)[NW], cons
 
 constexpr int TN = 64, TT = 64, TK = 32, GEMM_THREADS = 256;
 
-/* Dequantize values [k0, k0+32) of rows n0..n0+63 into ws[64][ld] (rows past
+/* Dequantize values [k0, k0+32) of rows n0..n0+63 into ws[64][33] (rows past
  * n are zeros).  Thread t does row t/4, values 8*(t%4)..+7, with products
  * formed as x4_dequant forms them. */
 template <int TYPE>
-__device__ __forceinline__ void dequant_tile(float *ws, int ld, const uint8_t *w, int n, int k,
-					     int n0, int k0)
+__device__ __forceinline__ void dequant_tile(float *ws, const uint8_t *w, int n, int k, int n0, int k0)
 {
 	const int r = threadIdx.x >> 2, q = threadIdx.x & 3;
-	float *o = ws + r * ld + 8 * q;
+	float *o = ws + r * (TK + 1) + 8 * q;
 	if (n0 + r >= n) {
 #pragma unroll
 		for (int j = 0; j < 8; j++)
@@ -498,48 +494,20 @@ __device__ __forceinline__ void dequant_tile(float *ws, int ld, const uint8_t *w
 	}
 }
 
-/* The tensor-core paths need sm_80 (TF32); before it they run the FMA loop. */
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-#define X4D_TF32 1
-#else
-#define X4D_TF32 0
-#endif
-
-/* Shared memory of a gemm block: NM weight tiles and the token tile, each
- * [64][LD(MMA)] floats (33 for the FMA loop, which reads a column at a time;
- * 36 for the tensor cores, whose fragment loads need a multiple of 4 and
- * then meet no bank twice), the tensor cores' [NM][64][68] staging of the
- * sums over the same bytes afterwards, and the token row pointers at the end. */
-template <int NM, int MMA = X4_MMA_OFF> struct gemm_smem {
-	enum {
-		LD = MMA == X4_MMA_OFF ? TK + 1 : TK + 4,
-		TILE = TN * LD,
-		LDC = TT + 4,
-		LOOP = (NM + 1) * TILE * 4,
-		STAGE = MMA == X4_MMA_OFF ? 0 : NM * TN * LDC * 4,
-		BYTES = (LOOP > STAGE ? LOOP : STAGE) + TT * 8
-	};
+template <int NM> struct gemm_smem {
+	enum { TILE = TN * (TK + 1), BYTES = (NM + 1) * TILE * 4 + TT * 8 };
 };
 
 /* One gemm block: rows n0..n0+63 of NM matrices against the tokens
  * xrow[0..nt) (each a row of k fp32; nt <= 64).  Thread (tx, ty) = (t%16,
- * t/16) ends with acc[m][i][j] for row n0 + tx + 16i and token ty + 16j.
- * MMA (enum x4_mma): OFF sums with fp32 FMAs in c order; TF32 rounds both
- * operands to TF32 (10 explicit mantissa bits) and sums on the tensor cores
- * in fp32; TF32X3 splits each operand into a TF32 head and the TF32 of its
- * remainder and sums head*head + head*tail + tail*head (what is dropped is
- * tail*tail, ~2^-22 relative), close to fp32 FMAs at three tensor-core
- * products.  A warp owns 16 rows x 32 tokens: rows 16*(warp%4), tokens
- * 32*(warp/4). */
-template <int TYPE, int NM, int MMA = X4_MMA_OFF>
+ * t/16) ends with acc[m][i][j] for row n0 + tx + 16i and token ty + 16j. */
+template <int TYPE, int NM>
 __device__ __forceinline__ void gemm_block(uint8_t *smem, const uint8_t *const (&w)[NM], int n, int k,
 					   int n0, const float *const *xrow, int nt,
 					   float (&acc)[NM][4][4])
 {
-	typedef gemm_smem<NM, MMA> S;
-	constexpr bool TC = MMA != X4_MMA_OFF && X4D_TF32;
 	float *ws = reinterpret_cast<float *>(smem);
-	float *xs = ws + NM * S::TILE;
+	float *xs = ws + NM * gemm_smem<NM>::TILE;
 	const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
 #pragma unroll
 	for (int m = 0; m < NM; m++)
@@ -548,109 +516,33 @@ __device__ __forceinline__ void gemm_block(uint8_t *smem, const uint8_t *const (
 #pragma unroll
 			for (int j = 0; j < 4; j++)
 				acc[m][i][j] = 0.f;
-#if X4D_TF32
-	using namespace nvcuda;
-	typedef wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, wmma::row_major> fa;
-	typedef wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, wmma::col_major> fb;
-	wmma::fragment<wmma::accumulator, 16, 16, 8, float> cf[NM][2];
-	const int warp = threadIdx.x >> 5, rb = 16 * (warp & 3), tb = 32 * (warp >> 2);
-	if constexpr (TC) {
-#pragma unroll
-		for (int m = 0; m < NM; m++)
-#pragma unroll
-			for (int j = 0; j < 2; j++)
-				wmma::fill_fragment(cf[m][j], 0.f);
-	}
-#endif
 	for (int k0 = 0; k0 < k; k0 += TK) {
 		__syncthreads(); /* the previous slice is no longer read */
 #pragma unroll
 		for (int m = 0; m < NM; m++)
-			dequant_tile<TYPE>(ws + m * S::TILE, S::LD, w[m], n, k, n0, k0);
+			dequant_tile<TYPE>(ws + m * gemm_smem<NM>::TILE, w[m], n, k, n0, k0);
 		for (int i = threadIdx.x; i < TT * TK; i += GEMM_THREADS) {
 			const int t = i / TK, c = i % TK;
-			xs[t * S::LD + c] = t < nt && k0 + c < k ? xrow[t][k0 + c] : 0.f;
+			xs[t * (TK + 1) + c] = t < nt && k0 + c < k ? xrow[t][k0 + c] : 0.f;
 		}
 		__syncthreads();
-		if constexpr (TC) {
-#if X4D_TF32
-#pragma unroll
-			for (int kk = 0; kk < TK; kk += 8) {
-				fb bh[2], bl[2];
-#pragma unroll
-				for (int j = 0; j < 2; j++) {
-					wmma::load_matrix_sync(bh[j], xs + (tb + 16 * j) * S::LD + kk, S::LD);
-#pragma unroll
-					for (int q = 0; q < bh[j].num_elements; q++) {
-						const float v = bh[j].x[q];
-						bh[j].x[q] = wmma::__float_to_tf32(v);
-						if constexpr (MMA == X4_MMA_TF32X3)
-							bl[j].x[q] = wmma::__float_to_tf32(v - bh[j].x[q]);
-					}
-				}
-#pragma unroll
-				for (int m = 0; m < NM; m++) {
-					fa ah, al;
-					wmma::load_matrix_sync(ah, ws + m * S::TILE + rb * S::LD + kk, S::LD);
-#pragma unroll
-					for (int q = 0; q < ah.num_elements; q++) {
-						const float v = ah.x[q];
-						ah.x[q] = wmma::__float_to_tf32(v);
-						if constexpr (MMA == X4_MMA_TF32X3)
-							al.x[q] = wmma::__float_to_tf32(v - ah.x[q]);
-					}
-#pragma unroll
-					for (int j = 0; j < 2; j++) {
-						if constexpr (MMA == X4_MMA_TF32X3) {
-							wmma::mma_sync(cf[m][j], al, bh[j], cf[m][j]);
-							wmma::mma_sync(cf[m][j], ah, bl[j], cf[m][j]);
-						}
-						wmma::mma_sync(cf[m][j], ah, bh[j], cf[m][j]);
-					}
-				}
-			}
-#endif
-		} else {
 #pragma unroll 8
-			for (int c = 0; c < TK; c++) {
-				float b[4];
+		for (int c = 0; c < TK; c++) {
+			float b[4];
 #pragma unroll
-				for (int j = 0; j < 4; j++)
-					b[j] = xs[(ty + 16 * j) * S::LD + c];
+			for (int j = 0; j < 4; j++)
+				b[j] = xs[(ty + 16 * j) * (TK + 1) + c];
 #pragma unroll
-				for (int m = 0; m < NM; m++)
+			for (int m = 0; m < NM; m++)
 #pragma unroll
-					for (int i = 0; i < 4; i++) {
-						const float a = ws[m * S::TILE + (tx + 16 * i) * S::LD + c];
+				for (int i = 0; i < 4; i++) {
+					const float a = ws[m * gemm_smem<NM>::TILE + (tx + 16 * i) * (TK + 1) + c];
 #pragma unroll
-						for (int j = 0; j < 4; j++)
-							acc[m][i][j] = __fmaf_rn(a, b[j], acc[m][i][j]);
-					}
-			}
+					for (int j = 0; j < 4; j++)
+						acc[m][i][j] = __fmaf_rn(a, b[j], acc[m][i][j]);
+				}
 		}
 	}
-#if X4D_TF32
-	if constexpr (TC) {
-		/* The sums through shared memory into the FMA loop's layout, so
-		 * that every caller's epilogue is the same for both. */
-		__syncthreads();
-		float *stage = reinterpret_cast<float *>(smem);
-#pragma unroll
-		for (int m = 0; m < NM; m++)
-#pragma unroll
-			for (int j = 0; j < 2; j++)
-				wmma::store_matrix_sync(stage + (m * TN + rb) * S::LDC + tb + 16 * j, cf[m][j],
-							S::LDC, wmma::mem_row_major);
-		__syncthreads();
-#pragma unroll
-		for (int m = 0; m < NM; m++)
-#pragma unroll
-			for (int i = 0; i < 4; i++)
-#pragma unroll
-				for (int j = 0; j < 4; j++)
-					acc[m][i][j] = stage[(m * TN + tx + 16 * i) * S::LDC + ty + 16 * j];
-	}
-#endif
 }
 
 __device__ __forceinline__ float silu(float g) { return g / (1.f + expf(-g)); }

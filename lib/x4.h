@@ -479,13 +479,6 @@ enum x4_resid { X4_RESID_F32 = 0, X4_RESID_F16 = 1, X4_RESID_BF16 = 2 };
  * fp16 on sm_75).  F32 is the default: the kernels read fp32 activations,
  * so narrowing buys no bandwidth yet and is a lever to price, not a given. */
 enum x4_sub { X4_SUB_F32 = 0, X4_SUB_BF16 = 1, X4_SUB_F16 = 2 };
-/* How the GPU's matrix-matrix products (a prefill chunk's projections and
- * experts) multiply (docs/numerics.md 1.8): OFF fp32 FMAs on the CUDA cores;
- * TF32 the tensor cores with both operands rounded to TF32; TF32X3 the
- * tensor cores three times over a head-and-tail split of each operand,
- * within a few fp32 ulps of OFF.  sm_80 and later; older cards run OFF
- * whatever is asked.  Decode steps (one token) never use them. */
-enum x4_mma { X4_MMA_OFF = 0, X4_MMA_TF32 = 1, X4_MMA_TF32X3 = 2 };
 /* Arithmetic of the CPU trunk: F32 (what users run), F64 (the oracle). */
 enum x4_prec { X4_PREC_F32 = 0, X4_PREC_F64 = 1 };
 /* The latent KV cache (docs/forward.md 6.3, docs/numerics.md 1.7).  DEFAULT:
@@ -510,7 +503,6 @@ typedef struct x4_trunk_opts {
 	bool pdl;          /* GPU, sm_90 and later: programmatic dependent launch (each kernel
 	                      issues its weight loads before it waits for its input);
 	                      on by default */
-	int mma;           /* GPU: enum x4_mma, the prefill products' arithmetic */
 	bool no_reserve;   /* GPU, a load option: plan to the last byte, keeping none of
 	                      X4_MEM_RESERVE_BYTES free (x4-ceiling's hardware edge; never
 	                      for serving: the context's own growth then lands in a request) */
@@ -525,7 +517,7 @@ typedef struct x4_trunk x4_trunk;
 int x4_trunk_create(x4_trunk **t, const x4_model *m, const x4_trunk_opts *o, x4_err *e);
 void x4_trunk_free(x4_trunk *t);
 /* Apply new request options (resid, prec, threads, prefill_chunk, hc_eager,
- * kv, sublayer, no_graph, mma, max_ctx) to a trunk without loading the weights
+ * kv, sublayer, no_graph, max_ctx) to a trunk without loading the weights
  * again: the cache and the workspaces are made anew for them and the
  * context is reset.  The load options (device, mem_limit, no_reserve) cannot change:
  * X4_EINVAL names the option and says that it needs the weights reloaded.

@@ -120,10 +120,9 @@ int x4k_gemv_swiglu(int type, const void *w_gate, const void *w_up, int n, int k
 		    float *g, float *u, float *h, cudaStream_t s, x4_err *e);
 
 /* Y = X W^T for n_tok tokens: x [n_tok][k], y [n_tok][n].  A weight tile is
- * dequantized once into shared memory and reused across 64 tokens; mma
- * (enum x4_mma) picks fp32 FMAs or the tensor cores. */
+ * dequantized once into shared memory and reused across 64 tokens. */
 int x4k_gemm(int type, const void *w, int n, int k, int n_tok, const float *x,
-	     float *y, int mma, cudaStream_t s, x4_err *e);
+	     float *y, cudaStream_t s, x4_err *e);
 
 /* h = silu(g) * u elementwise, fp32 (docs/numerics.md 1.4: the product is the value that
  * overflows fp16, so it stays fp32 on its way to the down projection). */
@@ -185,13 +184,11 @@ int x4k_moe_route_table(const x4k_moe_routes *r, cudaStream_t s, x4_err *e);
  * gate and up (w: [n_expert][f][d] each) with the SwiGLU product kept fp32,
  * then down ([n_expert][d][f]) writing route t*k+s's output to row t*k+s of
  * `out` (one writer per element: no atomics, so the result does not depend
- * on which block finishes first).  type: X4_T_IQ4_NL or X4_T_Q8_0.  x: [n_tok][d].
- * *out (optional) receives the [n_tok*k][d] rows inside ws.  mma (enum
- * x4_mma): the arithmetic of the 64-route tiles (as x4k_gemm's); the
- * decode step's small tiles always use fp32 FMAs. */
+ * on which block finishes first).  type: X4_T_IQ4_NL.  x: [n_tok][d].
+ * *out (optional) receives the [n_tok*k][d] rows inside ws. */
 int x4k_moe_experts(const x4k_moe_routes *r, int type, const float *x, int d, int f,
 		    const void *gate, const void *up, const void *down, void *ws,
-		    size_t ws_bytes, const float **out, int mma, cudaStream_t s, x4_err *e);
+		    size_t ws_bytes, const float **out, cudaStream_t s, x4_err *e);
 
 /* y[t] = sum over t's k slots, taken in ascending expert id (docs/forward.md 7.3), of
  * wts * out[t*k+s], then + shared[t] (optional, [n_tok][d]).  The order

@@ -16,13 +16,6 @@
  * order 1 relative to mag).  The weights are dequantized with the same fp32
  * products on both sides, so they add nothing.
  *
- * The tensor-core products (enum x4_mma) are checked the same way under
- * the tolerance of their arithmetic: TF32 rounds each weight and each input
- * to 10 explicit mantissa bits (2^-11 relative apiece), so a product term
- * is off by at most 2^-10 of its magnitude and the sum by 2^-10 * mag:
- * TOL_TF32 = 1e-3 (a wrong block is still ~1000 times beyond it); 3xTF32
- * drops only the tails' product (2^-22) and keeps TOL.
- *
  * Every output is poisoned with NaN first; a NaN left is an unwritten
  * element.  A failure line names op, type, rows, cols, tokens and seed.
  */
@@ -35,18 +28,8 @@
 #include <cuda_runtime_api.h>
 
 #define TOL 1e-5
-#define TOL_TF32 1e-3
 
 static x4_err err;
-/* The products' arithmetic of the case running (enum x4_mma) and its tolerance. */
-static int mma_now = X4_MMA_OFF;
-static double tol_now = TOL;
-static const char *const mma_name[] = { "off", "tf32", "3xtf32" };
-static void set_mma(int mma)
-{
-	mma_now = mma;
-	tol_now = mma == X4_MMA_TF32 ? TOL_TF32 : TOL;
-}
 static cudaStream_t st;
 
 /* ---- data ---- */
@@ -149,7 +132,7 @@ static void compare(const char *name, const char *cas, const float *got, const f
 		double d = fabs((double)got[i] - (double)ref[i]), m = (double)mag[i] + 1e-30;
 		if (d / m > worst)
 			worst = d / m;
-		if (d > tol_now * m) {
+		if (d > TOL * m) {
 			if (!bad++)
 				first = i;
 		}
@@ -160,7 +143,7 @@ static void compare(const char *name, const char *cas, const float *got, const f
 	snprintf(nm, sizeof nm, "%s parity", name);
 	if (bad)
 		T_OK(0, nm, "%s: %zu of %zu beyond %g*mag; first [%zu] gpu %.9g ref %.9g mag %.4g; worst %.3g",
-		     cas, bad, n, tol_now, first, got[first], ref[first], mag[first], worst);
+		     cas, bad, n, TOL, first, got[first], ref[first], mag[first], worst);
 	else
 		T_OK(1, nm, "%s", cas);
 	printf("#   %s: worst |gpu-ref|/mag %.3g\n", cas, worst);
@@ -176,8 +159,8 @@ static void run_product(const char *label, struct pcase c, uint64_t seed, int ch
 {
 	const char *op = c.t == 1 ? "gemv" : "gemm";
 	char cas[200], name[64];
-	snprintf(cas, sizeof cas, "op %s type %s rows %d cols %d tokens %d seed %llu mma %s", op,
-		 x4_type_name(c.type), c.n, c.k, c.t, (unsigned long long)seed, mma_name[mma_now]);
+	snprintf(cas, sizeof cas, "op %s type %s rows %d cols %d tokens %d seed %llu", op,
+		 x4_type_name(c.type), c.n, c.k, c.t, (unsigned long long)seed);
 	if (!t_want(op, cas))
 		return;
 	rng_s = seed;
@@ -191,9 +174,8 @@ static void run_product(const char *label, struct pcase c, uint64_t seed, int ch
 	float *dy = dalloc((size_t)c.t * c.n * 4);
 	poison(dy, (size_t)c.t * c.n * 4);
 	int rc = c.t == 1 ? x4k_gemv(c.type, dw, c.n, c.k, dx, dy, st, &err)
-			  : x4k_gemm(c.type, dw, c.n, c.k, c.t, dx, dy, mma_now, st, &err);
-	snprintf(name, sizeof name, "%s %s %s%s%s", op, x4_type_name(c.type), label,
-		 mma_now ? " mma " : "", mma_now ? mma_name[mma_now] : "");
+			  : x4k_gemm(c.type, dw, c.n, c.k, c.t, dx, dy, st, &err);
+	snprintf(name, sizeof name, "%s %s %s", op, x4_type_name(c.type), label);
 	if (!rc)
 		rc = x4_cuda_check(cudaStreamSynchronize(st), "kernel", &err);
 	if (rc) {
@@ -421,7 +403,7 @@ static int tprod_run(void *ctx, int i)
 	struct tprod *p = ctx;
 	const uint8_t *w = p->w + (size_t)(i % p->nc) * p->wb;
 	return p->c.t == 1 ? x4k_gemv(p->c.type, w, p->c.n, p->c.k, p->x, p->y, st, &err)
-			   : x4k_gemm(p->c.type, w, p->c.n, p->c.k, p->c.t, p->x, p->y, mma_now, st, &err);
+			   : x4k_gemm(p->c.type, w, p->c.n, p->c.k, p->c.t, p->x, p->y, st, &err);
 }
 
 static void time_product(struct pcase c)
@@ -443,8 +425,8 @@ static void time_product(struct pcase c)
 		printf("# time gemv %-6s %6d x %-5d %8.2f us  %7.0f GB/s (weights, %d copies rotated)\n",
 		       x4_type_name(c.type), c.n, c.k, ms * 1e3, p.wb / (ms * 1e6), p.nc);
 	else
-		printf("# time gemm %-6s %6d x %-5d tokens %d mma %-6s %8.2f us  %6.2f TFLOP/s\n",
-		       x4_type_name(c.type), c.n, c.k, c.t, mma_name[mma_now], ms * 1e3,
+		printf("# time gemm %-6s %6d x %-5d tokens %d %8.2f us  %6.2f TFLOP/s\n",
+		       x4_type_name(c.type), c.n, c.k, c.t, ms * 1e3,
 		       2.0 * c.n * c.k * c.t / (ms * 1e9));
 	x4_dev_free(p.w), x4_dev_free(p.x), x4_dev_free(p.y);
 	free(w);
@@ -591,7 +573,7 @@ static int moe_forward(struct moe_run *m, const struct moe_w *w, bool table)
 	if (table && x4k_moe_route_table(&m->r, st, &err))
 		return -1;
 	if (x4k_moe_experts(&m->r, w->type, m->dx, w->d, w->f, w->dg, w->du, w->ddn, m->ews,
-			    m->ews_bytes, &out, mma_now, st, &err) ||
+			    m->ews_bytes, &out, st, &err) ||
 	    x4k_moe_reduce(&m->r, out, m->dshared, w->d, m->dy, st, &err))
 		return -1;
 	(void)nr;
@@ -607,10 +589,9 @@ static void test_experts(const char *label, const struct moe_w *w, int n_tok, in
 	size_t nr = (size_t)n_tok * k;
 	char cas[200], name[96];
 	snprintf(cas, sizeof cas, "op moe_experts type %s d %d f %d experts %d k %d tokens %d tile %d "
-		 "seed %llu mma %s", x4_type_name(w->type), d, w->f, E, k, n_tok, tile,
-		 (unsigned long long)seed, mma_name[mma_now]);
-	snprintf(name, sizeof name, "moe experts %s %s tile %d%s%s", x4_type_name(w->type), label,
-		 tile, mma_now ? " mma " : "", mma_now ? mma_name[mma_now] : "");
+		 "seed %llu", x4_type_name(w->type), d, w->f, E, k, n_tok, tile,
+		 (unsigned long long)seed);
+	snprintf(name, sizeof name, "moe experts %s %s tile %d", x4_type_name(w->type), label, tile);
 	if (!t_want("moe_experts", cas))
 		return;
 	rng_s = seed;
@@ -890,20 +871,6 @@ static void test_moe(void)
 	test_experts("model decode", &q8, 1, 4, 4, -1, 80);
 	test_experts("model prefill", &q8, 70, 4, 64, 9, 81);
 	moe_w_free(&q8);
-
-	/* the tensor-core arithmetics on the 64-route tiles (tile 4 never takes them) */
-	for (int mma = X4_MMA_TF32; mma <= X4_MMA_TF32X3; mma++) {
-		set_mma(mma);
-		moe_w_make(&tiny, X4_T_IQ4_NL, 96, 160, 6, 61);
-		test_experts("tiny", &tiny, 70, 3, 64, 2, 64);
-		moe_w_free(&tiny);
-		test_experts("model prefill", &full_w, 70, 4, 64, 9, 74);
-		test_experts("model prefill", &full_w, 512, 4, 64, 9, 82);
-		moe_w_make(&q8, X4_T_Q8_0, 3584, 1024, 64, 79);
-		test_experts("model prefill", &q8, 70, 4, 64, 9, 81);
-		moe_w_free(&q8);
-	}
-	set_mma(X4_MMA_OFF);
 }
 
 /* decode: 16 route sets on disjoint experts, so the 396 MB of experts
@@ -961,8 +928,8 @@ static void time_moe_shape(int n_tok, int n_set)
 	}
 	float ms = time_median(tmoe_run, &t);
 	double bytes = 3.0 * x4_type_bytes(X4_T_IQ4_NL, (uint64_t)f * d) * (n_tok == 1 ? k : E);
-	printf("# time moe experts tokens %d top-%d tile %d mma %-6s: %8.2f us  %7.0f GB/s of expert "
-	       "weights  %6.2f TFLOP/s\n", n_tok, k, tile, mma_name[mma_now], ms * 1e3, bytes / (ms * 1e6),
+	printf("# time moe experts tokens %d top-%d tile %d: %8.2f us  %7.0f GB/s of expert weights  "
+	       "%6.2f TFLOP/s\n", n_tok, k, tile, ms * 1e3, bytes / (ms * 1e6),
 	       6.0 * nr * f * d / (ms * 1e9));
 	for (int s = 0; s < n_set; s++)
 		x4_dev_free(t.m[s].rws), x4_dev_free(t.m[s].ews);
@@ -973,11 +940,7 @@ static void time_moe_shape(int n_tok, int n_set)
 static void time_moe(void)
 {
 	time_moe_shape(1, 16);
-	for (int mma = X4_MMA_OFF; mma <= X4_MMA_TF32X3; mma++) {
-		set_mma(mma);
-		time_moe_shape(512, 1);
-	}
-	set_mma(X4_MMA_OFF);
+	time_moe_shape(512, 1);
 	/* router + route table, one token and a prefill chunk */
 	const int d = 3584, E = 64;
 	float *wr = xmalloc((size_t)E * d * 4), *x = xmalloc((size_t)512 * d * 4), b[64] = { 0 };
@@ -1063,27 +1026,6 @@ int main(int argc, char **argv)
 	for (size_t i = 0; i < X4_ARRAY_LEN(big); i++)
 		run_product("largest", big[i], 4000 + i, 8);
 
-	/* the tensor-core arithmetics: odd shapes (partial row and token tiles,
-	 * a k that is not a multiple of the 32-wide slice for BF16), the
-	 * model's shapes at 67 tokens, and the largest checked on 8 tokens */
-	const struct pcase odd[] = {
-		{ X4_T_BF16, 7, 200, 3 }, { X4_T_IQ4_NL, 37, 768, 70 }, { X4_T_Q6_K, 9, 512, 65 },
-		{ X4_T_BF16, 1061, 2048, 130 }, { X4_T_BF16, 2111, 96, 64 },
-	};
-	for (int mma = X4_MMA_TF32; mma <= X4_MMA_TF32X3; mma++) {
-		set_mma(mma);
-		for (size_t i = 0; i < X4_ARRAY_LEN(odd); i++)
-			run_product("odd", odd[i], 4500 + i, 0);
-		for (size_t i = 0; i < X4_ARRAY_LEN(model); i++) {
-			struct pcase g = model[i];
-			g.t = g.type == X4_T_Q6_K ? 5 : 67;
-			run_product("model", g, 3000 + i, 0);
-		}
-		for (size_t i = 0; i < 4; i++) /* the four gemm cases of big[] */
-			run_product("largest", big[i], 4000 + i, 8);
-	}
-	set_mma(X4_MMA_OFF);
-
 	/* two matrices, one launch: tiny odd (rows straddling the seam inside
 	 * a row group), the model's q_a + kv_a, the largest (q_b's and the
 	 * output's row counts over 4096 columns); IQ4_NL takes two launches */
@@ -1119,12 +1061,8 @@ int main(int argc, char **argv)
 		{ X4_T_IQ4_NL, 9216, 3584, 512 }, { X4_T_IQ4_NL, 1024, 3584, 512 },
 		{ X4_T_BF16, 3584, 4096, 512 }, { X4_T_BF16, 6144, 768, 512 },
 	};
-	for (int mma = X4_MMA_OFF; mma <= X4_MMA_TF32X3; mma++) {
-		set_mma(mma);
-		for (size_t i = 0; i < X4_ARRAY_LEN(tg); i++)
-			time_product(tg[i]);
-	}
-	set_mma(X4_MMA_OFF);
+	for (size_t i = 0; i < X4_ARRAY_LEN(tg); i++)
+		time_product(tg[i]);
 	time_moe();
 	printf("# total %.1f s\n", x4_now() - t0);
 	cudaStreamDestroy(st);

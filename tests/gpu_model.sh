@@ -178,17 +178,6 @@ else:
     print("%s %s.sampled_cpu_gpu_part_only_at_a_near_tie%s" % ("PASS" if ok else "FAIL", p,
           "" if ok else ": rows at the parting differ by %.2e > %s" % (err, tol)))
 PY
-	# The prefill chunk's products on the tensor cores (--mma, docs/numerics.md
-	# 1.8): the float64 reference's tokens and logits within TOL_F64, as the
-	# fp32 FMAs' (the prompt's rows are the products' only users: decode steps
-	# take the matrix-vector kernels whatever --mma says).
-	for mm in tf32 3xtf32; do
-		"$RUN" "${common[@]}" --device "$DEV" --mma $mm --dump-logits "$tmp/$p.mma_$mm.npy" \
-			>"$tmp/$p.mma_$mm.json" 2>"$tmp/$p.mma_$mm.err"; rc=$?
-		check "$p.mma_$mm.exit" $((rc != 0)) "exit $rc: $(head -c 400 "$tmp/$p.mma_$mm.err")"
-		[ $rc -eq 0 ] && "$PY" tests/helper_cmp_logits.py "$p.mma_${mm}_vs_cpu_f64" "$tmp/$p.mma_$mm.npy" \
-			"$tmp/$p.mma_$mm.json" "$tmp/$p.f64.npy" "$tmp/$p.f64.json" "$TOL_F64"
-	done
 	# Golden tokens and logits (tests/data, written on the H200 by the commit
 	# they name, with `bench/gpu-session.sh golden`): a change that is meant
 	# to keep the arithmetic (a refactor, the generation session) keeps them

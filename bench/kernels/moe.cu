@@ -54,7 +54,7 @@ int main(int argc, char **argv)
 	if (L.run_new)
 		lab_row(&L, "moe_experts", "new", nm, bytes, lab_time_us(&L, [&] {
 				if (x4k_moe_experts(&r, X4_T_IQ4_NL, x, d, f, gate, up, down, ws, wsb, NULL,
-						    X4_MMA_OFF, L.s, &e)) {
+						    L.s, &e)) {
 					fprintf(stderr, "moe: %s\n", e.msg);
 					exit(1);
 				}

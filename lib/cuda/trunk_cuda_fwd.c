@@ -36,7 +36,7 @@ static int mm(const fwd *f, const x4_gguf_tensor *hw, const void *dw, const floa
 	int n = (int)hw->ne[1], k = (int)hw->ne[0];
 	if (f->T == 1)
 		return x4k_gemv(hw->type, dw, n, k, x, y, f->s, f->e);
-	return x4k_gemm(hw->type, dw, n, k, f->T, x, y, f->t->o.mma, f->s, f->e);
+	return x4k_gemm(hw->type, dw, n, k, f->T, x, y, f->s, f->e);
 }
 
 /* The profiler's mark of the operation enqueued next (lib/prof_int.h); 0,
@@ -268,7 +268,7 @@ static int moe(const fwd *f, int b, x4k_moe_routes *r)
 	    (rc = mark2(f, X4_PC_EXPERTS, "moe_experts", gu, dn)) ||
 	    (rc = x4k_moe_experts(r, hw->ffn_gate_exps->type, w->xh, c->n_embd, c->n_ff_exp,
 				  d->ffn_gate_exps, d->ffn_up_exps, d->ffn_down_exps, w->exp_ws,
-				  w->exp_ws_bytes, &out, f->t->o.mma, f->s, f->e)))
+				  w->exp_ws_bytes, &out, f->s, f->e)))
 		return rc;
 	bool sh = hw->ffn_gate_shexp != NULL;
 	if (sh && (rc = swiglu_ffn(f, X4_PC_SHARED, hw->ffn_gate_shexp, d->ffn_gate_shexp,

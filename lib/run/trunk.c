@@ -46,9 +46,6 @@ static int check_opts(const x4_model *m, const x4_trunk_opts *o, x4_trunk_opts *
 	if (o->sublayer < X4_SUB_F32 || o->sublayer > X4_SUB_F16)
 		return x4_err_set(e, X4_EINVAL, "sublayer input width %d is not one of f32, bf16, "
 				  "f16", o->sublayer);
-	if (o->mma < X4_MMA_OFF || o->mma > X4_MMA_TF32X3)
-		return x4_err_set(e, X4_EINVAL, "prefill product arithmetic %d is not one of off, "
-				  "tf32, 3xtf32", o->mma);
 	if (o->prec != X4_PREC_F32 && o->prec != X4_PREC_F64)
 		return x4_err_set(e, X4_EINVAL, "precision %d is not one of f32, f64", o->prec);
 	if (o->kv < X4_KV_DEFAULT || o->kv > X4_KV_EXACT)
@@ -343,7 +340,6 @@ int x4_trunk_cache_restore(x4_trunk *t, int n, const void *rows, x4_err *e)
  * - prec and kv16 are the rows' element type and rounding (the CPU's F32
  *   default is fp16-rounded floats, F64's default exact doubles; the GPU's
  *   cache is fp16 bits whatever kv says, since kv=exact is refused there);
- * - mma: the tensor cores' TF32 products are other values than the FMAs';
  * - hc_eager is the same arithmetic in five launches on the GPU, but not
  *   promised to be the same bits, and the two are compared with each other
  *   (x4-bench-abab): rows of one never stand in for the other's;
@@ -366,7 +362,6 @@ void x4_trunk_cache_key(const x4_trunk *t, x4_cache_key *k)
 	k->prec = t->cpu ? t->o.prec : X4_PREC_F32;
 	k->kv16 = t->cpu ? t->cpu->kv16 : 1;
 	k->hc_eager = t->cuda ? t->o.hc_eager : 0;
-	k->mma = t->cuda ? t->o.mma : 0;
 	k->row_bytes = x4_trunk_cache_row_bytes(t);
 }
 
