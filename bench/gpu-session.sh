@@ -28,7 +28,9 @@
 #   libjansson-dev) and pip download the wheels of tests/requirements.txt's
 #   openai block (cp312, manylinux) into .whl.
 #   serve: bench/serve.sh on the full preset: x4-serve through a stock OpenAI
-#   client against x4-run (SERVE_ROUNDS, default 3).
+#   client against x4-run (SERVE_ROUNDS, default 3); serve-chat: only its
+#   closing chat.  serve-test: tests/gpu_serve.sh alone.  prefill-profile:
+#   x4-profile --prefill on the full preset at PREFILL_P (default "512 4096").
 # Logs and tables go to $OUT (or build/gpu-out when OUT is unset).
 set -u
 # The device tool brings back at most 8 files from $OUT: everything is
@@ -199,6 +201,13 @@ PY
 			echo "profile prefill $p: rc $? $(tail -n 1 "$OUT/profile-prefill-$p.err")" | tee -a "$OUT/session.log"
 			awk -F'\t' '$1 == "class" || $1 == "step" || $1 == "prefill"' "$OUT/profile-prefill-$p.tsv" | head -n 30 | tee -a "$OUT/session.log"
 		done;;
+	serve-chat)
+		# Only the chat that a stock OpenAI client streams from the full preset.
+		log "a chat streamed from x4-serve on the full preset"
+		[ -f /tmp/x4-full/xing4_0-full.gguf ] || bin/x4-synth --preset full --seed 1 -o /tmp/x4-full >/dev/null 2>&1
+		bash bench/serve.sh /tmp/x4-full cuda:0 0 >"$OUT/serve-chat.tsv" 2>"$OUT/serve-chat.err"
+		echo "serve.sh rc $?" | tee -a "$OUT/session.log"
+		tee -a "$OUT/session.log" <"$OUT/serve-chat.err";;
 	serve)
 		log "bench/serve.sh on the full preset"
 		[ -f /tmp/x4-full/xing4_0-full.gguf ] || bin/x4-synth --preset full --seed 1 -o /tmp/x4-full >/dev/null 2>&1

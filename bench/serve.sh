@@ -3,8 +3,8 @@
 # first token and the decode rate a stock OpenAI client sees through the
 # endpoint, and what x4-run reports for the same prompt, interleaved.
 #   bash bench/serve.sh MODEL [DEV] [ROUNDS] [N]
-# MODEL: a .gguf or its folder; DEV: cuda:0 (default) or cpu; ROUNDS: 3; N:
-# tokens generated (128).  Prompts of about 512 and 4,096 tokens (PROMPTS:
+# MODEL: a .gguf or its folder; DEV: cuda:0 (default) or cpu; ROUNDS: 3 (0: the
+# closing chat only); N: tokens generated (128).  Prompts of about 512 and 4,096 tokens (PROMPTS:
 # words in each, default "500 4000").  Each round gives x4-run and the server
 # a prompt that shares no prefix with any before it (the store misses), then
 # the server the same prompt again (the store hits).  A round whose token
