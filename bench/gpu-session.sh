@@ -129,7 +129,7 @@ PY
 		log "the kernel lab (bench/kernels/run.sh)"
 		bash bench/kernels/run.sh >"$OUT/lab.txt" 2>"$OUT/lab.err"; echo "rc $?" >>"$OUT/lab.txt"
 		cp build/bench/lab.tsv "$OUT/" 2>/dev/null
-		tail -n 45 "$OUT/lab.txt";;
+		tail -n 100 "$OUT/lab.txt";;
 	decode)
 		# The goal table's figures: steady decode by x4-bench-abab (a control
 		# pair: both arms the defaults) at 512 and 4096, x4-run's steady rate

@@ -44,10 +44,9 @@ int main(int argc, char **argv)
 			for (int i = 0; i < 4; i++) {
 				if (old)
 					x4d_317::gemv(X4_T_BF16, wb[i], m[i].n, m[i].k, in[i], out[i], L.s);
-				else if (x4k_gemv(X4_T_BF16, wb[i], m[i].n, m[i].k, in[i], out[i], L.s, &e)) {
-					fprintf(stderr, "chain: %s\n", e.msg);
-					exit(1);
-				}
+				else
+					LAB_X4(x4k_gemv(X4_T_BF16, wb[i], m[i].n, m[i].k, in[i], out[i], L.s, &e),
+					       e);
 			}
 		}
 	};

@@ -47,10 +47,7 @@ int main(int argc, char **argv)
 				}));
 		if (L.run_new)
 			lab_row(&L, "gemv", "new", nm, (double)wb, lab_time_us(&L, [&] {
-					if (x4k_gemv(sh.type, w, sh.n, sh.k, x, y, L.s, &e)) {
-						fprintf(stderr, "gemv: %s\n", e.msg);
-						exit(1);
-					}
+					LAB_X4(x4k_gemv(sh.type, w, sh.n, sh.k, x, y, L.s, &e), e);
 				}));
 		LAB_CK(cudaFree(w));
 		LAB_CK(cudaFree(x));
@@ -71,10 +68,7 @@ int main(int argc, char **argv)
 				}));
 		if (L.run_new)
 			lab_row(&L, "gemv", "new", nm, (double)(b1 + b2), lab_time_us(&L, [&] {
-					if (x4k_gemv2(X4_T_BF16, w1, n1, y1, w2, n2, y2, k, x, L.s, &e)) {
-						fprintf(stderr, "gemv2: %s\n", e.msg);
-						exit(1);
-					}
+					LAB_X4(x4k_gemv2(X4_T_BF16, w1, n1, y1, w2, n2, y2, k, x, L.s, &e), e);
 				}));
 	}
 	{ /* gate, up and SwiGLU: three launches (old), one (x4k_gemv_swiglu) */
@@ -98,10 +92,8 @@ int main(int argc, char **argv)
 					}));
 			if (L.run_new)
 				lab_row(&L, "gemv", "new", nm, 2.0 * wb, lab_time_us(&L, [&] {
-						if (x4k_gemv_swiglu(X4_T_IQ4_NL, wg, wu, n, k, x, g, u, h, L.s, &e)) {
-							fprintf(stderr, "gemv_swiglu: %s\n", e.msg);
-							exit(1);
-						}
+						LAB_X4(x4k_gemv_swiglu(X4_T_IQ4_NL, wg, wu, n, k, x, g, u, h, L.s,
+								       &e), e);
 					}));
 			LAB_CK(cudaFree(wg));
 			LAB_CK(cudaFree(wu));

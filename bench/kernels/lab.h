@@ -5,12 +5,18 @@
  * H200's L2 is 60 MiB), CUDA events around the launch alone, the median of
  * LAB_REPS, and prints one TSV row:
  *
- *   op  variant  shape  bytes  time_us  gbps  pct_of_read_ceiling
+ *   op  variant  shape  bytes  time_us  gbps  pct_of_read_ceiling  tflops
  *
+ * bytes are what the kernel must move: weights, inputs and outputs (a
+ * program's top comment says what it counts); tflops is filled for the
+ * matrix-matrix products (2 flops a multiply-add) and is "-" elsewhere, the
+ * last column so that run.sh's summary reads the others as before.
  * The read ceiling is measured once in the same process: a streaming read
  * of 1 GiB (16-byte __ldcs loads, 8 blocks of 512 an SM), the median of 10.
  * A program takes `old`, `new` or `all` (default) as its first argument.
- * Timings, not checks: tests/gpu_kern_*.c test the same kernels.
+ * The shapes are the released model's (lab_model gives its dimensions).
+ * Timings, not checks: tests/gpu_kern_*.c test the same kernels, and the
+ * lab is where they are timed.
  */
 #ifndef X4_LAB_H
 #define X4_LAB_H
@@ -23,6 +29,8 @@
 #include <algorithm>
 #include <vector>
 
+#include "x4.h"
+
 #define LAB_REPS 25
 
 #define LAB_CK(x)                                                                         \
@@ -31,6 +39,15 @@
 		if (e_ != cudaSuccess) {                                                  \
 			fprintf(stderr, "lab: %s:%d: %s\n", __FILE__, __LINE__,           \
 				cudaGetErrorString(e_));                                  \
+			exit(1);                                                          \
+		}                                                                         \
+	} while (0)
+
+/* An x4 call that must succeed: rc 0, else its message (e) and exit 1. */
+#define LAB_X4(call, e)                                                                   \
+	do {                                                                              \
+		if ((call) != 0) {                                                        \
+			fprintf(stderr, "lab: %s:%d: %s\n", __FILE__, __LINE__, (e).msg);   \
 			exit(1);                                                          \
 		}                                                                         \
 	} while (0)
@@ -131,6 +148,14 @@ static inline uint16_t *lab_half(size_t n, uint32_t seed, bool fp16)
 	return p;
 }
 
+/* A device int holding v (a position, read by the kernels on the device). */
+static inline int *lab_int(int v)
+{
+	int *p = (int *)lab_alloc(sizeof(int));
+	LAB_CK(cudaMemcpy(p, &v, sizeof v, cudaMemcpyHostToDevice));
+	return p;
+}
+
 static inline void lab_flush(lab *L)
 {
 	static unsigned char v;
@@ -160,13 +185,26 @@ static double lab_time_us(lab *L, F &&launch)
 	return 1e3 * (LAB_REPS % 2 ? t[LAB_REPS / 2] : 0.5 * (t[LAB_REPS / 2 - 1] + t[LAB_REPS / 2]));
 }
 
+/* One row; flops > 0 for a matrix-matrix product fills the tflops column. */
 static inline void lab_row(const lab *L, const char *op, const char *variant, const char *shape,
-		    double bytes, double us)
+			   double bytes, double us, double flops = 0)
 {
 	double gbps = bytes / (us * 1e3);
-	printf("%s\t%s\t%s\t%.0f\t%.2f\t%.0f\t%.1f\n", op, variant, shape, bytes, us, gbps,
-	       100.0 * gbps / L->ceiling_gbps);
+	char tf[32] = "-";
+	if (flops > 0)
+		snprintf(tf, sizeof tf, "%.2f", flops / (us * 1e6));
+	printf("%s\t%s\t%s\t%.0f\t%.2f\t%.0f\t%.1f\t%s\n", op, variant, shape, bytes, us, gbps,
+	       100.0 * gbps / L->ceiling_gbps, tf);
 	fflush(stdout);
+}
+
+/* The released model's dimensions (x4_config_preset "full"). */
+static inline x4_config lab_model(void)
+{
+	x4_config c;
+	x4_err e = { 0 };
+	LAB_X4(x4_config_preset("full", &c, &e), e);
+	return c;
 }
 
 static inline void lab_init(lab *L, int argc, char **argv, const char *usage)
@@ -207,7 +245,7 @@ static inline void lab_init(lab *L, int argc, char **argv, const char *usage)
 	LAB_CK(cudaFree(out));
 	fprintf(stderr, "# %s: %s, %d SMs, read ceiling %.0f GB/s (1 GiB, median of 10)\n", argv[0],
 		L->gpu, prop.multiProcessorCount, L->ceiling_gbps);
-	printf("op\tvariant\tshape\tbytes\ttime_us\tgbps\tpct_of_read_ceiling\n");
+	printf("op\tvariant\tshape\tbytes\ttime_us\tgbps\tpct_of_read_ceiling\ttflops\n");
 }
 
 #endif

@@ -55,10 +55,7 @@ int main(int argc, char **argv)
 				}));
 		if (L.run_new)
 			lab_row(&L, "rmsnorm", "new", nm, bytes, lab_time_us(&L, [&] {
-					if (x4k_rmsnorm(1, n, x, n, g, 1e-6f, y, n, L.s, &e)) {
-						fprintf(stderr, "rmsnorm: %s\n", e.msg);
-						exit(1);
-					}
+					LAB_X4(x4k_rmsnorm(1, n, x, n, g, 1e-6f, y, n, L.s, &e), e);
 				}));
 		LAB_CK(cudaFree(x));
 		LAB_CK(cudaFree(g));
