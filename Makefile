@@ -85,6 +85,8 @@ else
   CMD_SRC := $(filter-out cmd/x4-serve.c,$(CMD_SRC))
   SERVE_SRC :=
 endif
+# tests/gpu_*.c: a program each (gpu_kern: every kernel's parity, its cases in
+# tests/gpu_kern/<kernel>.h over tests/gpu_harness.h); tests/run-gpu.sh runs them.
 GPU_TEST_SRC := $(wildcard tests/gpu_*.c)
 GPU_TESTS := $(if $(NVCC),$(GPU_TEST_SRC:tests/%.c=build/tests/%),)
 

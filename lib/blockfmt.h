@@ -4,7 +4,8 @@
  * block (x4b_decode_*).  x4_dequant, the CPU trunk, the synthetic writer,
  * the kernels' format traits (kernels/quant_dev.cuh) and the tests all take
  * them from here.  The kernels' product cores read the same bytes in their
- * own lane layouts; tests/gpu_kern_quant.c checks them against these.
+ * own lane layouts; tests/gpu_kern/gemv_quant.h, gemm_quant.h and
+ * moe_experts.h check them against these.
  *
  * Every product is formed in ggml's order (scale times code, in float), so
  * a decode here is bit-identical to ggml's dequantization.

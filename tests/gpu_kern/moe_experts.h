@@ -1,0 +1,213 @@
+/*
+ * moe_experts.h - kernels/moe_experts.cu (x4k_moe_experts, x4k_moe_reduce:
+ * the routed experts, IQ4_NL and Q8_0) against x4r_moe_experts
+ * (lib/ref/ref_moe.c), by the mag-relative rule (gpu_harness.h), on route
+ * tables that moe_router.h's check_table checks.
+ */
+
+/* Expert weights: gate, up [n_expert][f][d], down [n_expert][d][f]. */
+struct moe_w {
+	int type, d, f, n_expert;
+	size_t gb, db; /* bytes of gate (= up) and of down */
+	uint8_t *g, *u, *dn;
+	void *dg, *du, *ddn;
+};
+
+static void moe_w_make(struct moe_w *m, int type, int d, int f, int n_expert, uint64_t seed)
+{
+	m->type = type, m->d = d, m->f = f, m->n_expert = n_expert;
+	m->gb = x4_type_bytes(type, (uint64_t)n_expert * f * d);
+	m->db = m->gb;
+	m->g = hmalloc(m->gb), m->u = hmalloc(m->gb), m->dn = hmalloc(m->db);
+	rng_seed(seed);
+	fill_weights(type, m->g, (size_t)n_expert * f, d);
+	fill_weights(type, m->u, (size_t)n_expert * f, d);
+	fill_weights(type, m->dn, (size_t)n_expert * d, f);
+	m->dg = dput(m->g, m->gb), m->du = dput(m->u, m->gb), m->ddn = dput(m->dn, m->db);
+}
+
+static void moe_w_free(struct moe_w *m)
+{
+	free(m->g), free(m->u), free(m->dn);
+	x4_dev_free(m->dg), x4_dev_free(m->du), x4_dev_free(m->ddn);
+}
+
+/* k distinct experts a token; with skew >= 0 every token also takes that one. */
+static void random_routes(int n_tok, int k, int n_expert, int skew, int32_t *sel, float *wts)
+{
+	for (int t = 0; t < n_tok; t++) {
+		int32_t *s = sel + (size_t)t * k;
+		int forced = skew >= 0 ? (int)(rnd() % (uint64_t)k) : -1;
+		for (int j = 0; j < k; j++) {
+			int ex, dup;
+			do {
+				ex = j == forced ? skew : (int)(rnd() % (uint64_t)n_expert);
+				dup = 0;
+				for (int i = 0; i < j; i++)
+					dup |= s[i] == ex;
+				if (j != forced && skew >= 0 && ex == skew)
+					dup = 1;
+			} while (dup);
+			s[j] = ex;
+			wts[(size_t)t * k + j] = unif(0.1f, 0.6f);
+		}
+	}
+}
+
+struct moe_run {
+	x4k_moe_routes r;
+	void *rws, *ews;
+	size_t ews_bytes;
+	float *dx, *dshared, *dy;
+};
+
+static int moe_forward(struct moe_run *m, const struct moe_w *w, bool table)
+{
+	poison(m->ews, m->ews_bytes);
+	poison(m->dy, (size_t)m->r.n_tok * w->d * 4);
+	const float *out;
+	if (table && x4k_moe_route_table(&m->r, st, &err))
+		return -1;
+	if (x4k_moe_experts(&m->r, w->type, m->dx, w->d, w->f, w->dg, w->du, w->ddn, m->ews,
+			    m->ews_bytes, &out, st, &err) ||
+	    x4k_moe_reduce(&m->r, out, m->dshared, w->d, m->dy, st, &err))
+		return -1;
+	return x4_cuda_check(cudaStreamSynchronize(st), "moe kernels", &err);
+}
+
+/* Routed experts for random routes against the reference, then the same
+ * bits twice, for a permuted route table and for permuted slots. */
+static void test_experts(const char *label, const struct moe_w *w, int n_tok, int k, int tile,
+			 int skew, uint64_t seed)
+{
+	int d = w->d, E = w->n_expert;
+	size_t nr = (size_t)n_tok * k;
+	char cas[200], name[96];
+	snprintf(cas, sizeof cas, "op moe_experts type %s d %d f %d experts %d k %d tokens %d tile %d "
+		 "seed %llu", x4_type_name(w->type), d, w->f, E, k, n_tok, tile,
+		 (unsigned long long)seed);
+	snprintf(name, sizeof name, "moe experts %s %s tile %d", x4_type_name(w->type), label, tile);
+	if (!t_want("moe_experts", cas))
+		return;
+	rng_seed(seed);
+	float *x = hmalloc((size_t)n_tok * d * 4), *sh = hmalloc((size_t)n_tok * d * 4);
+	int32_t *sel = hmalloc(nr * 4);
+	float *wts = hmalloc(nr * 4);
+	fill_x(x, (size_t)n_tok * d);
+	fill_x(sh, (size_t)n_tok * d);
+	random_routes(n_tok, k, E, skew, sel, wts);
+	float *ref = hmalloc((size_t)n_tok * d * 4), *mag = hmalloc((size_t)n_tok * d * 4);
+	float *y1 = hmalloc((size_t)n_tok * d * 4), *y2 = hmalloc((size_t)n_tok * d * 4);
+	struct moe_run m;
+	size_t rb = x4k_moe_routes_bytes(n_tok, k, E, tile);
+	m.rws = dalloc(rb);
+	m.ews_bytes = x4k_moe_experts_workspace_bytes(n_tok, k, d, w->f);
+	m.ews = dalloc(m.ews_bytes);
+	m.dx = dput(x, (size_t)n_tok * d * 4);
+	m.dshared = dput(sh, (size_t)n_tok * d * 4);
+	m.dy = dalloc((size_t)n_tok * d * 4);
+	if (x4k_moe_routes_init(&m.r, m.rws, rb, n_tok, k, E, tile, &err) ||
+	    x4_dev_upload(m.r.sel, sel, nr * 4, "sel", &err) ||
+	    x4_dev_upload(m.r.wts, wts, nr * 4, "wts", &err) || moe_forward(&m, w, true)) {
+		T_OK(0, name, "%s: %s", cas, err.msg);
+		goto out;
+	}
+	check_table(cas, &m.r, sel);
+	dget(y1, m.dy, (size_t)n_tok * d * 4);
+	if (x4r_moe_experts(w->type, n_tok, d, w->f, E, k, x, w->g, w->u, w->dn, sel, wts, sh, ref,
+			    mag, &err)) {
+		T_OK(0, name, "%s: reference: %s", cas, err.msg);
+		goto out;
+	}
+	compare(name, cas, y1, ref, mag, (size_t)n_tok * d);
+
+	/* the same bits on a second run */
+	snprintf(name, sizeof name, "moe experts %s %s tile %d bit-identical rerun",
+		 x4_type_name(w->type), label, tile);
+	int rc = moe_forward(&m, w, true);
+	if (!rc)
+		dget(y2, m.dy, (size_t)n_tok * d * 4);
+	T_OK(!rc && !memcmp(y1, y2, (size_t)n_tok * d * 4), name, "%s: %s", cas,
+	     rc ? err.msg : "outputs differ");
+
+	/* a permuted route table: each expert's routes shuffled */
+	int32_t *route = hmalloc(nr * 4), *off = hmalloc(((size_t)E + 1) * 4);
+	dget(route, m.r.route, nr * 4);
+	dget(off, m.r.offsets, ((size_t)E + 1) * 4);
+	for (int ex = 0; ex < E; ex++)
+		for (int i = off[ex + 1] - 1; i > off[ex]; i--) {
+			int j = off[ex] + (int)(rnd() % (uint64_t)(i - off[ex] + 1));
+			int32_t tmp = route[i];
+			route[i] = route[j];
+			route[j] = tmp;
+		}
+	snprintf(name, sizeof name, "moe experts %s %s tile %d bit-identical permuted table",
+		 x4_type_name(w->type), label, tile);
+	rc = x4_dev_upload(m.r.route, route, nr * 4, "route", &err);
+	if (!rc)
+		rc = moe_forward(&m, w, false);
+	if (!rc)
+		dget(y2, m.dy, (size_t)n_tok * d * 4);
+	T_OK(!rc && !memcmp(y1, y2, (size_t)n_tok * d * 4), name, "%s: %s", cas,
+	     rc ? err.msg : "outputs differ");
+
+	/* permuted slots: each token's slots reversed, with their weights */
+	for (int t = 0; t < n_tok; t++)
+		for (int j = 0; j < k / 2; j++) {
+			size_t a = (size_t)t * k + j, b = (size_t)t * k + k - 1 - j;
+			int32_t ts = sel[a];
+			float tw = wts[a];
+			sel[a] = sel[b], wts[a] = wts[b];
+			sel[b] = ts, wts[b] = tw;
+		}
+	snprintf(name, sizeof name, "moe experts %s tile %d bit-identical permuted slots", label, tile);
+	rc = x4_dev_upload(m.r.sel, sel, nr * 4, "sel", &err);
+	if (!rc)
+		rc = x4_dev_upload(m.r.wts, wts, nr * 4, "wts", &err);
+	if (!rc)
+		rc = moe_forward(&m, w, true);
+	if (!rc)
+		dget(y2, m.dy, (size_t)n_tok * d * 4);
+	T_OK(!rc && !memcmp(y1, y2, (size_t)n_tok * d * 4), name, "%s: %s", cas,
+	     rc ? err.msg : "outputs differ");
+	free(route), free(off);
+out:
+	x4_dev_free(m.rws), x4_dev_free(m.ews), x4_dev_free(m.dx), x4_dev_free(m.dshared);
+	x4_dev_free(m.dy);
+	free(x), free(sh), free(sel), free(wts), free(ref), free(mag), free(y1), free(y2);
+}
+
+static void test_moe_experts(void)
+{
+	struct moe_w tiny;
+	moe_w_make(&tiny, X4_T_IQ4_NL, 96, 160, 6, 61);
+	test_experts("tiny", &tiny, 3, 2, 4, -1, 62);
+	test_experts("tiny", &tiny, 3, 2, 64, -1, 63);
+	test_experts("tiny", &tiny, 70, 3, 64, 2, 64); /* expert 2: 70 routes, two tiles */
+	test_experts("tiny", &tiny, 70, 3, 4, 2, 65);
+	moe_w_free(&tiny);
+
+	struct moe_w small; /* one token on the register core: 2 and 3 groups a row */
+	moe_w_make(&small, X4_T_IQ4_NL, 512, 768, 6, 66);
+	test_experts("small decode", &small, 1, 3, 4, -1, 67);
+	moe_w_free(&small);
+
+	struct moe_w full_w;
+	moe_w_make(&full_w, X4_T_IQ4_NL, 3584, 1024, 64, 71);
+	test_experts("model decode", &full_w, 1, 4, 4, -1, 72);
+	test_experts("model decode", &full_w, 2, 4, 4, 7, 73); /* a tile of 2 routes */
+	test_experts("model prefill", &full_w, 70, 4, 64, 9, 74);
+	test_experts("model prefill", &full_w, 70, 4, 4, 9, 75);
+	moe_w_free(&full_w);
+
+	/* the second expert format, Q8_0, through the same kernels */
+	struct moe_w q8;
+	moe_w_make(&q8, X4_T_Q8_0, 96, 160, 6, 76);
+	test_experts("tiny", &q8, 3, 2, 4, -1, 77);
+	test_experts("tiny", &q8, 70, 3, 64, 2, 78);
+	moe_w_free(&q8);
+	moe_w_make(&q8, X4_T_Q8_0, 3584, 1024, 64, 79);
+	test_experts("model decode", &q8, 1, 4, 4, -1, 80);
+	test_experts("model prefill", &q8, 70, 4, 64, 9, 81);
+	moe_w_free(&q8);
+}
