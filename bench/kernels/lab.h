@@ -15,7 +15,7 @@
  * of 1 GiB (16-byte __ldcs loads, 8 blocks of 512 an SM), the median of 10.
  * A program takes `old`, `new` or `all` (default) as its first argument.
  * The shapes are the released model's (lab_model gives its dimensions).
- * Timings, not checks: tests/gpu_kern_*.c test the same kernels, and the
+ * Timings, not checks: tests/gpu_kern.c tests the same kernels, and the
  * lab is where they are timed.
  */
 #ifndef X4_LAB_H
