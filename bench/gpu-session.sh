@@ -43,6 +43,10 @@ steps=${*:-build test-gpu full bench sanitize}
 COMMIT=${COMMIT:-$(git describe --always --dirty 2>/dev/null || echo unknown)}
 export X4_COMMIT=$COMMIT
 log() { echo "== $*" | tee -a "$OUT/session.log"; }
+# The full preset in /tmp/x4-full for a step that needs it (the full step writes it afresh).
+full_preset() {
+	[ -f /tmp/x4-full/xing4_0-full.gguf ] || bin/x4-synth --preset full --seed 1 -o /tmp/x4-full >/dev/null 2>&1
+}
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv | tee "$OUT/gpu.txt"
 date -u +%FT%TZ | tee -a "$OUT/gpu.txt"
 git rev-parse --short HEAD 2>/dev/null | tee -a "$OUT/gpu.txt"
@@ -196,7 +200,7 @@ PY
 		grep '^FAIL' "$OUT/gpu_serve.log" | head -n 5;;
 	prefill-profile)
 		log "x4-profile --prefill on the full preset"
-		[ -f /tmp/x4-full/xing4_0-full.gguf ] || bin/x4-synth --preset full --seed 1 -o /tmp/x4-full >/dev/null 2>&1
+		full_preset
 		for p in ${PREFILL_P:-512 4096}; do
 			bin/x4-profile -m /tmp/x4-full --device cuda:0 --prefill "$p" -n 2 --max-model-len 8192 \
 				--trace "$OUT/trace-prefill-$p.json.gz" >"$OUT/profile-prefill-$p.tsv" 2>"$OUT/profile-prefill-$p.err"
@@ -206,13 +210,13 @@ PY
 	serve-chat)
 		# Only the chat that a stock OpenAI client streams from the full preset.
 		log "a chat streamed from x4-serve on the full preset"
-		[ -f /tmp/x4-full/xing4_0-full.gguf ] || bin/x4-synth --preset full --seed 1 -o /tmp/x4-full >/dev/null 2>&1
+		full_preset
 		bash bench/serve.sh /tmp/x4-full cuda:0 0 >"$OUT/serve-chat.tsv" 2>"$OUT/serve-chat.err"
 		echo "serve.sh rc $?" | tee -a "$OUT/session.log"
 		tee -a "$OUT/session.log" <"$OUT/serve-chat.err";;
 	serve)
 		log "bench/serve.sh on the full preset"
-		[ -f /tmp/x4-full/xing4_0-full.gguf ] || bin/x4-synth --preset full --seed 1 -o /tmp/x4-full >/dev/null 2>&1
+		full_preset
 		bash bench/serve.sh /tmp/x4-full cuda:0 "${SERVE_ROUNDS:-3}" 128 >"$OUT/serve.tsv" 2>"$OUT/serve.err"
 		echo "serve.sh rc $?" | tee -a "$OUT/session.log"
 		grep '^median' "$OUT/serve.tsv" | tee -a "$OUT/session.log"

@@ -20,9 +20,7 @@ SYNTH=bin/x4-synth
 DEV=${1:-cuda:0}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-pass() { echo "PASS $1"; }
-fail() { echo "FAIL $1: $2"; }
-check() { if [ "$2" -eq 0 ]; then pass "$1"; else fail "$1" "$3"; fi; }
+. tests/t.sh
 # A column of the rows of one section and row name: col FILE SECTION ROW NAME
 col() { awk -F'\t' -v s="$2" -v r="$3" -v k="$4" 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
 	$1 == s && $4 == r { print $c[k] }' "$1"; }

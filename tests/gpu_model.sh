@@ -41,9 +41,7 @@ TOL_F32=1e-3
 # narrowed arms their widths' tolerances (docs/numerics.md 4), fp16 4e-3 and bf16 4e-2.
 WALK_TOL="f32=2e-3,f16=4e-3,bf16=4e-2,f64=1e-9"
 
-pass() { echo "PASS $1"; }
-fail() { echo "FAIL $1: $2"; }
-check() { if [ "$2" -eq 0 ]; then pass "$1"; else fail "$1" "$3"; fi; }
+. tests/t.sh
 
 for b in "$RUN" "$WALK" "$SYNTH"; do
 	if [ ! -x "$b" ]; then

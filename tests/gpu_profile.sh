@@ -21,9 +21,7 @@ STEPS=4
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-pass() { echo "PASS $1"; }
-fail() { echo "FAIL $1: $2"; }
-check() { if [ "$2" -eq 0 ]; then pass "$1"; else fail "$1" "$3"; fi; }
+. tests/t.sh
 
 if [ ! -x "$PROF" ] || [ ! -d "$MODEL" ]; then
 	fail gpu_profile.setup "$PROF or $MODEL missing: run make"

@@ -21,9 +21,7 @@ cleanup() {
 	rm -rf "$tmp"
 }
 trap cleanup EXIT
-pass() { echo "PASS $1"; }
-fail() { echo "FAIL $1: $2"; }
-check() { if [ "$2" -eq 0 ]; then pass "$1"; else fail "$1" "$3"; fi; }
+. tests/t.sh
 # A value from a JSON line: a python expression over d.
 jv() { python3 -c 'import json,sys; d=json.loads(sys.argv[1]); print(eval(sys.argv[2]))' "$1" "$2" 2>/dev/null; }
 

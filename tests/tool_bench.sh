@@ -9,12 +9,7 @@ cd "$(dirname "$0")/.." || exit 2
 BENCH=bin/x4-bench-abab
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-pass() { echo "PASS $1"; }
-fail() { echo "FAIL $1: $2"; }
-check() { if [ "$2" -eq 0 ]; then pass "$1"; else fail "$1" "$2"; fi; }
-check() { # name, condition-status, why
-	if [ "$2" -eq 0 ]; then pass "$1"; else fail "$1" "$3"; fi
-}
+. tests/t.sh
 # The median ratio of a TSV row kind ("ratio", "control").
 ratio() { awk -F'\t' -v k="$2" 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
 	$1 == k { print $c["ratio"] }' "$1"; }

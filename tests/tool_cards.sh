@@ -11,9 +11,7 @@ MODEL=build/models/tiny
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 export OUT=$tmp/out
-pass() { echo "PASS $1"; }
-fail() { echo "FAIL $1: $2"; }
-check() { if [ "$2" -eq 0 ]; then pass "$1"; else fail "$1" "$3"; fi; }
+. tests/t.sh
 common=(--repeats 2 --prompt-tokens 12 -n 6 --threads 1)
 
 bash "$CARDS" --devices cpu,cpu "${common[@]}" "$MODEL" >"$tmp/two.tsv" 2>"$tmp/two.err"; rc=$?

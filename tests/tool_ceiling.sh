@@ -14,9 +14,7 @@ PY=build/venv/bin/python
 TINY=build/models/tiny/xing4_0-tiny.gguf
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-pass() { echo "PASS $1"; }
-fail() { echo "FAIL $1: $2"; }
-check() { if [ "$2" -eq 0 ]; then pass "$1"; else fail "$1" "$3"; fi; }
+. tests/t.sh
 
 for f in "$CEIL" "$TINY" "$PY"; do
 	if [ ! -e "$f" ]; then

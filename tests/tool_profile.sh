@@ -9,11 +9,7 @@ MODEL=build/models/tiny
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-pass() { echo "PASS $1"; }
-fail() { echo "FAIL $1: $2"; }
-check() { # name, condition-status, why
-	if [ "$2" -eq 0 ]; then pass "$1"; else fail "$1" "$3"; fi
-}
+. tests/t.sh
 
 if [ ! -x "$PROF" ] || [ ! -d "$MODEL" ]; then
 	fail tool_profile.setup "$PROF or $MODEL missing: run make"

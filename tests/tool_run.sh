@@ -10,11 +10,7 @@ PY=build/venv/bin/python
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-pass() { echo "PASS $1"; }
-fail() { echo "FAIL $1: $2"; }
-check() { # name, condition-status, why
-	if [ "$2" -eq 0 ]; then pass "$1"; else fail "$1" "$3"; fi
-}
+. tests/t.sh
 # A JSON field of the one object in a file, via python's json module.
 jget() { python3 -c 'import json,sys; v=json.load(open(sys.argv[1]))[sys.argv[2]]; print(json.dumps(v) if isinstance(v,(list,dict)) else v)' "$1" "$2"; }
 

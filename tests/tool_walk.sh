@@ -22,9 +22,7 @@ LOUD_F=60
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-pass() { echo "PASS $1"; }
-fail() { echo "FAIL $1: $2"; }
-check() { if [ "$2" -eq 0 ]; then pass "$1"; else fail "$1" "$3"; fi; }
+. tests/t.sh
 # Field N (1-based, after the '# ') of the summary row of arm A.
 summary() { grep "^# $1	" "$2" | cut -f"$3"; }
 

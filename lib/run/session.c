@@ -350,16 +350,14 @@ int x4_session_generate(x4_session *s, const x4_request *r, x4_gen_stats *st, x4
 	if (k && r->on_token && st->stop != X4_STOP_CANCEL)
 		r->on_token(r->ctx, -1, piece, k);
 	x4_sampler_free(smp);
-	if (!rc && r->on_end) {
-		summarise(s, st);
+	summarise(s, st); /* the offer below adds only offer_s */
+	if (!rc && r->on_end)
 		r->on_end(r->ctx, st);
-	}
 	if (!rc && r->prefix) {
 		double t0 = x4_now();
 		rc = offer(s, r->prefix, ids, n, e);
 		st->offer_s = x4_now() - t0;
 	}
 	free(ids);
-	summarise(s, st);
 	return rc;
 }
