@@ -10,7 +10,8 @@
 #   compare against.  levers: the record's levers priced by x4-bench-abab on the
 #   full preset at LEVER_CTX (default "512 4096") tokens of context.  profile:
 #   x4-profile on the full preset at PROFILE_CTX (default "512 4096"), with traces.
-#   kernels: the kernel lab, old and new kernels side by side.  decode: the
+#   kernels: the kernel lab, old and new kernels side by side (LAB_PROGS:
+#   only these programs, e.g. "hc moe"; default every one).  decode: the
 #   goal table's decode figures (512, 4096 by x4-bench-abab; 32768 by x4-run).
 #   ceiling: x4-ceiling on the full preset: the chunk measurement and the tables for
 #   CEILING_CARDS (default 22G,24G,48G,80G,141G) on the whole card (--no-run), then the
@@ -111,6 +112,7 @@ PY
 		done;;
 	levers)
 		log "levers by x4-bench-abab on the full preset"
+		full_preset
 		for ctx in ${LEVER_CTX:-512 4096}; do
 			pairs=4; [ "$ctx" -gt 1024 ] && pairs=2
 			levers=${LEVERS:-$'|\n--hc eager|--hc fused\n--graph off|--graph on\n--sublayer f32|--sublayer bf16'}
@@ -124,6 +126,7 @@ PY
 		done;;
 	profile)
 		log "x4-profile on the full preset"
+		full_preset
 		for ctx in ${PROFILE_CTX:-512 4096}; do
 			# shellcheck disable=SC2086
 			bin/x4-profile -m /tmp/x4-full --device cuda:0 --context "$ctx" --steps 16 ${DECODE_OPTS:-} \
@@ -133,7 +136,8 @@ PY
 		done;;
 	kernels)
 		log "the kernel lab (bench/kernels/run.sh)"
-		bash bench/kernels/run.sh >"$OUT/lab.txt" 2>"$OUT/lab.err"; echo "rc $?" >>"$OUT/lab.txt"
+		# shellcheck disable=SC2086
+		bash bench/kernels/run.sh ${LAB_PROGS:-} >"$OUT/lab.txt" 2>"$OUT/lab.err"; echo "rc $?" >>"$OUT/lab.txt"
 		cp build/bench/lab.tsv "$OUT/" 2>/dev/null
 		tail -n 100 "$OUT/lab.txt";;
 	decode)
@@ -141,6 +145,7 @@ PY
 		# pair: both arms the defaults) at 512 and 4096, x4-run's steady rate
 		# at 32768 (one prefill of a 32k prompt), the step's profile.
 		log "decode figures on the full preset"
+		full_preset
 		for ctx in 512 4096; do
 			# shellcheck disable=SC2086
 			bin/x4-bench-abab -m /tmp/x4-full --device cuda:0 -a "" -b "" --prompt-tokens $ctx \

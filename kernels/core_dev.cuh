@@ -95,65 +95,57 @@ __device__ __forceinline__ float hc_pre_of(const float *m, const float *base,
 	return sigmoid(__fmaf_rn(scale[0], m[s], base[s]));
 }
 
-/* docs/forward.md 5.1 steps 4-8: coef = [pre | post | comb[dst][src]] from m, in
- * registers (NHC is a compile-time constant, so every index is one). */
+/* docs/forward.md 5.1 steps 4-8 on one warp (every lane calls it, all 32
+ * active): coef = [pre | post | comb[dst][src]] from m.  Lane l < NHC*NHC
+ * holds comb element (d, s) = (l / NHC, l % NHC) through the 2 * iters
+ * normalisations, so each of the 40 dependent steps is a few shuffles and
+ * one division instead of NHC*NHC divisions on one thread.  Every sum runs
+ * in the serial order (a row over s, a column over d, from 0, then + eps),
+ * each lane gathering its row or column by shuffles, and the divisions are
+ * the same IEEE divisions: the coefficients are those of the one-thread
+ * loop, bit for bit.  Lanes past NHC*NHC shadow lane 0 and write nothing. */
 template <int NHC>
-__device__ void hc_coef(const float *m, const float *base, const float *scale,
-			const x4k_hc_cfg &c, float *coef)
+__device__ void hc_coef_warp(const float *m, const float *base, const float *scale,
+			     const x4k_hc_cfg &c, float *coef)
 {
-	float M[NHC][NHC];
-#pragma unroll
-	for (int s = 0; s < NHC; s++)
-		coef[s] = hc_pre_of(m, base, scale, s);
-#pragma unroll
-	for (int d = 0; d < NHC; d++)
-		coef[NHC + d] = 2.0f * sigmoid(__fmaf_rn(scale[1], m[NHC + d], base[NHC + d]));
-#pragma unroll
-	for (int d = 0; d < NHC; d++) {
-		float mx = -INFINITY;
-#pragma unroll
-		for (int s = 0; s < NHC; s++) {
-			int k = 2 * NHC + d * NHC + s;
-			float v = __fmaf_rn(scale[2], m[k], base[k]);
-			/* not fminf/fmaxf: a NaN must stay a NaN, as in the reference */
-			v = v < c.clamp_min ? c.clamp_min : v;
-			v = v > c.clamp_max ? c.clamp_max : v;
-			M[d][s] = v;
-			mx = v > mx ? v : mx;
-		}
-#pragma unroll
-		for (int s = 0; s < NHC; s++)
-			M[d][s] = expf(M[d][s] - mx);
+	constexpr int NN = NHC * NHC;
+	const int lane = threadIdx.x & 31, l = lane < NN ? lane : 0;
+	const int d = l / NHC, s = l % NHC;
+	if (lane < NHC) {
+		coef[lane] = hc_pre_of(m, base, scale, lane);
+		coef[NHC + lane] = 2.0f * sigmoid(__fmaf_rn(scale[1], m[NHC + lane], base[NHC + lane]));
 	}
+	/* the row's clamped logits, each lane its own copy of the row (the same
+	 * expressions), so the row maximum is the serial loop's */
+	float mx = -INFINITY, v = 0.f;
+#pragma unroll
+	for (int j = 0; j < NHC; j++) {
+		const int k = 2 * NHC + d * NHC + j;
+		float t = __fmaf_rn(scale[2], m[k], base[k]);
+		/* not fminf/fmaxf: a NaN must stay a NaN, as in the reference */
+		t = t < c.clamp_min ? c.clamp_min : t;
+		t = t > c.clamp_max ? c.clamp_max : t;
+		mx = t > mx ? t : mx;
+		if (j == s)
+			v = t;
+	}
+	float M = expf(v - mx);
 	for (int it = 0; it < c.iters; it++) {
+		float sum = 0;
 #pragma unroll
-		for (int d = 0; d < NHC; d++) {
-			float sum = 0;
+		for (int j = 0; j < NHC; j++)
+			sum += __shfl_sync(0xffffffffu, M, d * NHC + j);
+		sum += c.hc_eps;
+		M = M / sum;
+		sum = 0;
 #pragma unroll
-			for (int s = 0; s < NHC; s++)
-				sum += M[d][s];
-			sum += c.hc_eps;
-#pragma unroll
-			for (int s = 0; s < NHC; s++)
-				M[d][s] = M[d][s] / sum;
-		}
-#pragma unroll
-		for (int s = 0; s < NHC; s++) {
-			float sum = 0;
-#pragma unroll
-			for (int d = 0; d < NHC; d++)
-				sum += M[d][s];
-			sum += c.hc_eps;
-#pragma unroll
-			for (int d = 0; d < NHC; d++)
-				M[d][s] = M[d][s] / sum;
-		}
+		for (int j = 0; j < NHC; j++)
+			sum += __shfl_sync(0xffffffffu, M, j * NHC + s);
+		sum += c.hc_eps;
+		M = M / sum;
 	}
-#pragma unroll
-	for (int d = 0; d < NHC; d++)
-#pragma unroll
-		for (int s = 0; s < NHC; s++)
-			coef[2 * NHC + d * NHC + s] = M[d][s];
+	if (lane < NN)
+		coef[2 * NHC + lane] = M;
 }
 
 /* docs/forward.md 5.2 A4/F4 at one column: out[d] = post[d] * y + sum_s C[d][s] h[s],

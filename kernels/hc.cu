@@ -13,8 +13,8 @@
  * dots and its partial sum of squares, and leaves them in the workspace.
  * The last block to finish (a counter) adds the partials in block order,
  * a warp a coefficient row (the same bits whichever block is last), then
- * does the coefficients on one thread (the 4x4 in registers: NHC is a
- * template constant) while its other warps do the collapse, which needs
+ * does the coefficients on one warp (x4c::hc_coef_warp: a lane an element
+ * of the 4x4) while its other warps do the collapse, which needs
  * only pre, and then (x4k_hc_pre_norm) the sublayer's RMSNorm of x, which
  * saves the norm's launch.  Prefill-sized calls use one block a token
  * (hc_fused_kernel; the norm then runs as its own launch).
@@ -78,8 +78,8 @@ struct hc_norm_args {
 	float *red = nullptr;
 };
 
-/* Spec 6.3 steps 2-9 once the block holds the token's 24 dots and sum of
- * squares in s_tot: the coefficients on thread 0 (written to coef) while
+/* docs/forward.md 5.1 steps 2 and 4-9 once the block holds the token's 24 dots and sum of
+ * squares in s_tot: the coefficients on warp 0 (written to coef) while
  * warps 1.. do the collapse x = sum_s pre[s] Hsrc[s] (Hsrc was written by
  * other blocks of this launch, so it is read through L2), four loads of
  * every stream in flight per thread. */
@@ -101,13 +101,7 @@ __device__ __forceinline__ void hc_finish(const x4k_hc_cfg &c, int tok, const fl
 		s_pre[tid] = x4c::hc_pre_of(s_m, base, scale, tid);
 	__syncthreads();
 	if (tid < 32) {
-		if (tid == 0) {
-			float cf[NC];
-			x4c::hc_coef<NHC>(s_m, base, scale, c, cf);
-#pragma unroll
-			for (int i = 0; i < NC; i++)
-				coef[(size_t)tok * NC + i] = cf[i];
-		}
+		x4c::hc_coef_warp<NHC>(s_m, base, scale, c, coef + (size_t)tok * NC);
 		return;
 	}
 	const int step = ((int)blockDim.x - 32) * VEC;
@@ -486,17 +480,10 @@ __global__ void hc_coef_kernel(x4k_hc_cfg c, int n_tok, const float *__restrict_
 			       float *__restrict__ coef)
 {
 	constexpr int NC = NHC * (2 + NHC);
-	int tok = blockIdx.x * blockDim.x + threadIdx.x;
+	const int tok = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); /* a warp a token */
 	if (tok >= n_tok)
 		return;
-	float mm[NC], cf[NC];
-#pragma unroll
-	for (int i = 0; i < NC; i++)
-		mm[i] = m[(size_t)tok * NC + i];
-	x4c::hc_coef<NHC>(mm, base, scale, c, cf);
-#pragma unroll
-	for (int i = 0; i < NC; i++)
-		coef[(size_t)tok * NC + i] = cf[i];
+	x4c::hc_coef_warp<NHC>(m + (size_t)tok * NC, base, scale, c, coef + (size_t)tok * NC);
 }
 
 template <int NHC>
@@ -574,7 +561,7 @@ static int hc_pre(const x4k_hc_cfg *c, int n_tok, const float *H, const uint16_t
 		if ((rc = x4_cuda_launched("x4k_hc_pre: eager projection", e)))
 			return rc;
 		X4C_NHC_SWITCH(c->n_hc, NHC,
-			hc_coef_kernel<NHC><<<(n_tok + 63) / 64, 64, 0, st>>>(*c, n_tok, m, base,
+			hc_coef_kernel<NHC><<<(n_tok + 3) / 4, 128, 0, st>>>(*c, n_tok, m, base,
 									       scale, coef));
 		if ((rc = x4_cuda_launched("x4k_hc_pre: eager coefficients", e)))
 			return rc;

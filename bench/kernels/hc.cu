@@ -4,10 +4,12 @@
  * repetitions.
  *   - the gate (x4k_hc_pre) at the decode step's shape, one token, with
  *     the previous sublayer's update fused in front (as the step runs it)
- *     and without: the 7-block split of 317feb9 (old/hc_317.cuh) against
- *     the library's 112-block split (new), the split with the sublayer's
- *     RMSNorm fused (new+norm, the step's call), and the eager path
- *     (eager: the same arithmetic in five launches);
+ *     and without: the 7-block split of 317feb9 (old/hc_317.cuh, its
+ *     coefficients on one thread) against the library's 112-block split
+ *     (new, the coefficients on one warp), the split with the sublayer's
+ *     RMSNorm fused (new+norm, the step's call), the same with no Sinkhorn
+ *     iterations (iters0: what the 40 normalisations cost), and the eager
+ *     path (eager: the same arithmetic in five launches);
  *   - the gate for 64 tokens with the update (a block a token), old and new;
  *   - the stream update alone (x4k_hc_post), one token.
  * Bytes: the BF16 weights, H read, x written, and y read and H_out written
@@ -53,6 +55,15 @@ int main(int argc, char **argv)
 				LAB_X4(x4k_hc_pre_norm(&c, 1, H, fn, base, scale, y, cp, Ho, x, cf, gain,
 						       m.rms_eps, xh, false, ws_new, wsb, L.s, &e), e);
 			}));
+	if (L.run_new) { /* the same call without the Sinkhorn: what its 40 steps cost */
+		x4k_hc_cfg c0 = c;
+		c0.iters = 0;
+		lab_row(&L, "hc_gate", "iters0", "1tok_4x3584_update", (double)NC * K * 2 + 3 * K * 4 +
+			4.0 * D * 4, lab_time_us(&L, [&] {
+				LAB_X4(x4k_hc_pre_norm(&c0, 1, H, fn, base, scale, y, cp, Ho, x, cf, gain,
+						       m.rms_eps, xh, false, ws_new, wsb, L.s, &e), e);
+			}));
+	}
 	const struct {
 		int n_tok;
 		bool upd;

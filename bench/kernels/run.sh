@@ -7,6 +7,7 @@
 # go to build/bench/lab.tsv.
 #
 #   bench/kernels/run.sh            # on the GPU machine, from the checkout
+#   bench/kernels/run.sh hc moe     # only these programs
 #   CUDA_ARCH=90 is the default build arch (the H200's).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -16,6 +17,7 @@ out=build/bench/lab.tsv
 first=1
 progs=(gemv gemm swiglu moe moe_router hc rmsnorm embed head rope kv_store mla_absorb
 	mla_decode mla_prefill sample chain)
+[ $# -gt 0 ] && progs=("$@")
 for p in "${progs[@]}"; do
 	if [ $first = 1 ]; then
 		build/bench/$p all >>"$out"

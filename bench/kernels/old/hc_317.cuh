@@ -10,6 +10,66 @@
 namespace hc_317 {
 
 
+/* The coefficients on one thread, as core_dev.cuh had them at 317feb9
+ * (the library now runs them a lane an element: x4c::hc_coef_warp). */
+template <int NHC>
+__device__ void hc_coef(const float *m, const float *base, const float *scale,
+			const x4k_hc_cfg &c, float *coef)
+{
+	float M[NHC][NHC];
+#pragma unroll
+	for (int s = 0; s < NHC; s++)
+		coef[s] = x4c::hc_pre_of(m, base, scale, s);
+#pragma unroll
+	for (int d = 0; d < NHC; d++)
+		coef[NHC + d] = 2.0f * x4c::sigmoid(__fmaf_rn(scale[1], m[NHC + d], base[NHC + d]));
+#pragma unroll
+	for (int d = 0; d < NHC; d++) {
+		float mx = -INFINITY;
+#pragma unroll
+		for (int s = 0; s < NHC; s++) {
+			int k = 2 * NHC + d * NHC + s;
+			float v = __fmaf_rn(scale[2], m[k], base[k]);
+			v = v < c.clamp_min ? c.clamp_min : v;
+			v = v > c.clamp_max ? c.clamp_max : v;
+			M[d][s] = v;
+			mx = v > mx ? v : mx;
+		}
+#pragma unroll
+		for (int s = 0; s < NHC; s++)
+			M[d][s] = expf(M[d][s] - mx);
+	}
+	for (int it = 0; it < c.iters; it++) {
+#pragma unroll
+		for (int d = 0; d < NHC; d++) {
+			float sum = 0;
+#pragma unroll
+			for (int s = 0; s < NHC; s++)
+				sum += M[d][s];
+			sum += c.hc_eps;
+#pragma unroll
+			for (int s = 0; s < NHC; s++)
+				M[d][s] = M[d][s] / sum;
+		}
+#pragma unroll
+		for (int s = 0; s < NHC; s++) {
+			float sum = 0;
+#pragma unroll
+			for (int d = 0; d < NHC; d++)
+				sum += M[d][s];
+			sum += c.hc_eps;
+#pragma unroll
+			for (int d = 0; d < NHC; d++)
+				M[d][s] = M[d][s] / sum;
+		}
+	}
+#pragma unroll
+	for (int d = 0; d < NHC; d++)
+#pragma unroll
+		for (int s = 0; s < NHC; s++)
+			coef[2 * NHC + d * NHC + s] = M[d][s];
+}
+
 constexpr int HC_THREADS = 256;
 constexpr int HC_CPB = 512;          /* columns of D per block when split */
 constexpr int HC_SPLIT_MAX_TOK = 8;  /* up to this many tokens, split */
@@ -184,7 +244,7 @@ hc_fused_kernel(x4k_hc_cfg c, const float *H, const uint16_t *__restrict__ fn,
 	if (warp == 0) {
 		if (tid == 0) {
 			float cf[NC];
-			x4c::hc_coef<NHC>(s_m, base, scale, c, cf);
+			hc_coef<NHC>(s_m, base, scale, c, cf);
 #pragma unroll
 			for (int i = 0; i < NC; i++)
 				coef[(size_t)tok * NC + i] = cf[i];
@@ -276,7 +336,7 @@ __global__ void hc_coef_kernel(x4k_hc_cfg c, int n_tok, const float *__restrict_
 #pragma unroll
 	for (int i = 0; i < NC; i++)
 		mm[i] = m[(size_t)tok * NC + i];
-	x4c::hc_coef<NHC>(mm, base, scale, c, cf);
+	hc_coef<NHC>(mm, base, scale, c, cf);
 #pragma unroll
 	for (int i = 0; i < NC; i++)
 		coef[(size_t)tok * NC + i] = cf[i];
