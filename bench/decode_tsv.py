@@ -3,7 +3,10 @@
 agreed header, from the files bench/gpu-session.sh's `decode` and `profile`
 steps leave in one folder:
 
-    python3 bench/decode_tsv.py DIR COMMIT DATE > bench/results/decode.tsv
+    python3 bench/decode_tsv.py DIR COMMIT DATE [PROFILE_OPTS] > bench/results/decode.tsv
+
+PROFILE_OPTS: the options the profile ran with (DECODE_OPTS of the profile
+step, e.g. "--pdl off"), written into its rows' command.
 
 DIR holds decode-512.tsv, decode-4096.tsv (x4-bench-abab, a control pair),
 decode-32768.json (x4-run --json), profile-512.tsv, profile-4096.tsv and
@@ -16,6 +19,7 @@ import re
 import sys
 
 d, commit, date = sys.argv[1:4]
+popts = (" " + sys.argv[4]) if len(sys.argv) > 4 and sys.argv[4] else ""
 gpu = "NVIDIA H200"
 rows = []
 
@@ -62,7 +66,7 @@ for ctx in (512, 4096):
     m = re.search(r"read ceiling ([0-9.]+) GB/s", err)
     ceiling = float(m.group(1)) if m else float("nan")
     t = tsv(p)
-    cmd = "x4-profile -m FULL --device cuda:0 --context %d --steps 16" % ctx
+    cmd = "x4-profile -m FULL --device cuda:0 --context %d --steps 16%s" % (ctx, popts)
     step = {r["name"]: r for r in t if r["section"] == "step"}
     row("kernels_per_step", ctx, "%d" % float(step["kernels"]["launches_step"]), "kernels", cmd)
     kern = [r for r in t if r["section"] == "kernel"]
