@@ -78,79 +78,133 @@ struct hc_norm_args {
 	float *red = nullptr;
 };
 
-/* docs/forward.md 5.1 steps 2 and 4-9 once the block holds the token's 24 dots and sum of
- * squares in s_tot: the coefficients on warp 0 (written to coef) while
- * warps 1.. do the collapse x = sum_s pre[s] Hsrc[s] (Hsrc was written by
- * other blocks of this launch, so it is read through L2), four loads of
- * every stream in flight per thread. */
+/* The collapse's operands, loaded by warps 1.. before the block has the
+ * coefficients, so that they travel with the partials' loads instead of
+ * after them: the first HC_TAIL steps of (HC_THREADS - 32) * VEC columns
+ * of every stream of Hsrc and of the norm's gain (all of D at the model's
+ * 3584 and VEC 2).  Columns past them are loaded where they are used. */
+constexpr int HC_TAIL = 8;
+template <int NHC, int VEC> struct hc_tail {
+	float h[HC_TAIL][NHC][VEC];
+	float g[HC_TAIL][VEC];
+};
+
+template <int NHC, int VEC>
+__device__ __forceinline__ void hc_tail_load(hc_tail<NHC, VEC> &t, int D, const float *Hsrc,
+					     const float *__restrict__ gain)
+{
+	const int tid = threadIdx.x, step = (HC_THREADS - 32) * VEC;
+	if (tid < 32)
+		return;
+#pragma unroll
+	for (int u = 0; u < HC_TAIL; u++) {
+		const int c0 = (tid - 32) * VEC + u * step;
+		if (c0 >= D)
+			break;
+#pragma unroll
+		for (int s = 0; s < NHC; s++) /* written by other blocks of this launch: L2 */
+			load_vec_cg<VEC>(Hsrc + (size_t)s * D + c0, t.h[u][s]);
+		if (gain)
+			load_vec<VEC>(gain + c0, t.g[u]);
+	}
+}
+
+/* x = sum_s pre[s] h[s] at VEC columns, the sum in source order. */
+template <int NHC, int VEC>
+__device__ __forceinline__ void hc_collapse_at(const float *pre, const float (&h)[NHC][VEC], float *xv)
+{
+#pragma unroll
+	for (int v = 0; v < VEC; v++) {
+		float t = 0;
+#pragma unroll
+		for (int s = 0; s < NHC; s++)
+			t = __fmaf_rn(pre[s], h[s][v], t);
+		xv[v] = t;
+	}
+}
+
+/* docs/forward.md 5.1 steps 2 and 4-9 once the block holds the token's 24
+ * dots and sum of squares in s_tot and warps 1.. hold t (hc_tail_load): the
+ * coefficients on warp 0 (written to coef) while warps 1.. do the collapse
+ * x = sum_s pre[s] Hsrc[s] (each computing pre itself: no barrier) and then,
+ * with nm.xh, the sublayer's RMSNorm of x (docs/forward.md 3.1): the
+ * collapse threads' sums of squares in a fixed order (warp trees, then the
+ * warps in order, over a named barrier that warp 0, busy with the
+ * Sinkhorn, does not join), then xh = (x * inv) * gain, x and gain from
+ * registers.  blockDim.x is HC_THREADS. */
 template <int NHC, int VEC>
 __device__ __forceinline__ void hc_finish(const x4k_hc_cfg &c, int tok, const float *s_tot,
-					  float *s_m, float *s_pre, const float *__restrict__ base,
+					  float *s_m, const float *__restrict__ base,
 					  const float *__restrict__ scale, const float *Hsrc,
 					  float *__restrict__ x, float *__restrict__ coef,
-					  const hc_norm_args &nm = hc_norm_args())
+					  const hc_tail<NHC, VEC> &t, const hc_norm_args &nm)
 {
-	constexpr int NC = NHC * (2 + NHC), UNR = 4;
-	const int D = c.D, tid = threadIdx.x;
+	constexpr int NC = NHC * (2 + NHC);
+	const int D = c.D, tid = threadIdx.x, step = (HC_THREADS - 32) * VEC;
 	const size_t K = (size_t)NHC * D;
 	const float inv = 1.0f / sqrtf(s_tot[NC] / (float)K + c.rms_eps);
-	if (tid < NC)
-		s_m[tid] = s_tot[tid] * inv;
-	__syncthreads();
-	if (tid < NHC)
-		s_pre[tid] = x4c::hc_pre_of(s_m, base, scale, tid);
-	__syncthreads();
 	if (tid < 32) {
+		for (int i = tid; i < NC; i += 32)
+			s_m[i] = s_tot[i] * inv;
+		__syncwarp();
 		x4c::hc_coef_warp<NHC>(s_m, base, scale, c, coef + (size_t)tok * NC);
 		return;
 	}
-	const int step = ((int)blockDim.x - 32) * VEC;
-	float ss = 0.f;
-	for (int c0 = (tid - 32) * VEC; c0 < D; c0 += UNR * step) {
-		float h[UNR][NHC][VEC];
+	float mp[NHC], pre[NHC];
 #pragma unroll
-		for (int u = 0; u < UNR; u++)
+	for (int s = 0; s < NHC; s++)
+		mp[s] = s_tot[s] * inv;
 #pragma unroll
-			for (int s = 0; s < NHC; s++)
-				if (c0 + u * step < D)
-					load_vec_cg<VEC>(Hsrc + (size_t)s * D + c0 + u * step, h[u][s]);
+	for (int s = 0; s < NHC; s++)
+		pre[s] = x4c::hc_pre_of(mp, base, scale, s);
+	float ss = 0.f, xr[HC_TAIL][VEC];
 #pragma unroll
-		for (int u = 0; u < UNR; u++) {
-			if (c0 + u * step >= D)
-				break;
-			float xv[VEC];
+	for (int u = 0; u < HC_TAIL; u++) {
+		const int c0 = (tid - 32) * VEC + u * step;
+		if (c0 >= D)
+			break;
+		hc_collapse_at<NHC, VEC>(pre, t.h[u], xr[u]);
+		store_vec<VEC>(x + (size_t)tok * D + c0, xr[u]);
+		if (nm.xh)
 #pragma unroll
-			for (int v = 0; v < VEC; v++) {
-				float t = 0;
+			for (int v = 0; v < VEC; v++)
+				ss = fmaf(xr[u][v], xr[u][v], ss);
+	}
+	for (int c0 = (tid - 32) * VEC + HC_TAIL * step; c0 < D; c0 += step) {
+		float h[NHC][VEC], xv[VEC];
 #pragma unroll
-				for (int s = 0; s < NHC; s++)
-					t = __fmaf_rn(s_pre[s], h[u][s][v], t);
-				xv[v] = t;
-			}
-			store_vec<VEC>(x + (size_t)tok * D + c0 + u * step, xv);
-			if (nm.xh)
+		for (int s = 0; s < NHC; s++)
+			load_vec_cg<VEC>(Hsrc + (size_t)s * D + c0, h[s]);
+		hc_collapse_at<NHC, VEC>(pre, h, xv);
+		store_vec<VEC>(x + (size_t)tok * D + c0, xv);
+		if (nm.xh)
 #pragma unroll
-				for (int v = 0; v < VEC; v++)
-					ss = fmaf(xv[v], xv[v], ss);
-		}
+			for (int v = 0; v < VEC; v++)
+				ss = fmaf(xv[v], xv[v], ss);
 	}
 	if (!nm.xh)
 		return;
-	/* The sublayer's RMSNorm of x (docs/forward.md 3.1), fused: the collapse threads'
-	 * sums of squares in a fixed order (warp trees, then the warps in
-	 * order, over a named barrier that warp 0, busy with the Sinkhorn,
-	 * does not join), then xh = (x * inv) * gain, x re-read from this
-	 * thread's own stores. */
-	const int nt = (int)blockDim.x - 32, w1 = (tid >> 5) - 1;
+	const int nt = HC_THREADS - 32, w1 = (tid >> 5) - 1;
 	ss = x4c::warp_sum(ss);
 	if ((tid & 31) == 0)
 		nm.red[w1] = ss;
 	asm volatile("bar.sync 1, %0;" ::"r"(nt) : "memory");
-	float t = nm.red[0];
+	float tt = nm.red[0];
 	for (int i = 1; i < nt / 32; i++)
-		t += nm.red[i];
-	const float ninv = 1.0f / sqrtf(t / (float)D + nm.eps);
-	for (int c0 = (tid - 32) * VEC; c0 < D; c0 += step) {
+		tt += nm.red[i];
+	const float ninv = 1.0f / sqrtf(tt / (float)D + nm.eps);
+#pragma unroll
+	for (int u = 0; u < HC_TAIL; u++) {
+		const int c0 = (tid - 32) * VEC + u * step;
+		if (c0 >= D)
+			break;
+		float o[VEC];
+#pragma unroll
+		for (int v = 0; v < VEC; v++)
+			o[v] = (xr[u][v] * ninv) * t.g[u][v];
+		store_vec<VEC>(nm.xh + (size_t)tok * D + c0, o);
+	}
+	for (int c0 = (tid - 32) * VEC + HC_TAIL * step; c0 < D; c0 += step) {
 		float xv[VEC], gv[VEC], o[VEC];
 		load_vec<VEC>(x + (size_t)tok * D + c0, xv);
 		load_vec<VEC>(nm.gain + c0, gv);
@@ -174,7 +228,6 @@ hc_fused_kernel(x4k_hc_cfg c, const float *H, const uint16_t *__restrict__ fn,
 	__shared__ float s_tot[NR];
 	__shared__ float s_m[NC];
 	__shared__ float s_cp[NC];
-	__shared__ float s_pre[NHC];
 
 	const int D = c.D, tok = blockIdx.y, tid = threadIdx.x;
 	const int lane = tid & 31, warp = tid >> 5;
@@ -255,7 +308,9 @@ hc_fused_kernel(x4k_hc_cfg c, const float *H, const uint16_t *__restrict__ fn,
 		s_tot[tid] = t;
 	}
 	__syncthreads(); /* also orders this block's Ho stores before the collapse reads */
-	hc_finish<NHC, VEC>(c, tok, s_tot, s_m, s_pre, base, scale, Hsrc, x, coef);
+	hc_tail<NHC, VEC> tl;
+	hc_tail_load<NHC, VEC>(tl, D, Hsrc, nullptr);
+	hc_finish<NHC, VEC>(c, tok, s_tot, s_m, base, scale, Hsrc, x, coef, tl, hc_norm_args());
 }
 
 /* Decode sizes: block b of a token takes columns [32b, 32b + 32) of D, for
@@ -280,7 +335,6 @@ hc_split_kernel(x4k_hc_cfg c, const float *H, const uint16_t *__restrict__ fn,
 	__shared__ float s_red[NR];
 	__shared__ float s_tot[NR];
 	__shared__ float s_m[NC];
-	__shared__ float s_pre[NHC];
 	__shared__ int s_last;
 
 	const int D = c.D, tok = blockIdx.y, nb = gridDim.x, tid = threadIdx.x;
@@ -381,6 +435,9 @@ hc_split_kernel(x4k_hc_cfg c, const float *H, const uint16_t *__restrict__ fn,
 	if (!s_last)
 		return;
 	x4c::fence_acq_rel_gpu();
+	/* the collapse's operands first: their loads and the partials' below are in flight together */
+	hc_tail<NHC, VEC4 ? 2 : 1> tl;
+	hc_tail_load<NHC, VEC4 ? 2 : 1>(tl, D, y_prev ? Ho : Ht, xh ? gain : nullptr);
 
 	/* 4. the last block: the partials summed a warp a value, lane-strided
 	 * in block order and then one shuffle tree, so the bits do not depend
@@ -416,8 +473,7 @@ hc_split_kernel(x4k_hc_cfg c, const float *H, const uint16_t *__restrict__ fn,
 	__syncthreads();
 	hc_norm_args nm;
 	nm.gain = gain, nm.eps = norm_eps, nm.xh = xh, nm.red = s_nred;
-	hc_finish<NHC, VEC4 ? 2 : 1>(c, tok, s_tot, s_m, s_pre, base, scale, y_prev ? Ho : Ht, x,
-				     coef, nm);
+	hc_finish<NHC, VEC4 ? 2 : 1>(c, tok, s_tot, s_m, base, scale, y_prev ? Ho : Ht, x, coef, tl, nm);
 }
 
 /* ---- the eager path ---- */

@@ -13,10 +13,12 @@
  * combines the partial max/sum/accumulators; the split is sized from the
  * context length read on the device, over a grid sized from max_ctx.
  *
- * Every phase issues its global loads in one round: the queries (float2,
- * up to 16 a thread), a tile's score operands (CPI half2 of each of a
- * warp's 4 rows a lane, CPI a template constant) and a tile's value rows
- * (32 a thread, from L1: the score phase just read them).  The loop that
+ * Every phase issues its global loads in one round, ahead of their use: the
+ * queries (float2, up to 16 a thread), a tile's score operands (CPI half2
+ * of each of a warp's 4 rows a lane, CPI a template constant), loaded
+ * while the tile before is computed, and a tile's value rows (32 a thread,
+ * mostly from L1: the score phase just read them), loaded before the
+ * reduce-scatter and the softmax that they wait behind.  The loop that
  * walked them one dependent load at a time cost 61 us a layer at 513
  * positions in the profile of 317feb9.
  */
@@ -167,14 +169,9 @@ static __global__ void __launch_bounds__(MLA_THREADS) mla_attn_kernel(mla_params
 	const float2 *sq2 = reinterpret_cast<const float2 *>(sq);
 	const uint32_t *cu = reinterpret_cast<const uint32_t *>(a.cache); /* half2 words */
 
-	for (int tb = t0; tb < t1; tb += MLA_T) {
-		/* scores: rows pb..pb+3 x heads 0..7, index j*8 + h */
+	/* a tile's score operands: rows tb + warp*4 .. +3, CPI half2 of each a lane */
+	auto load_k = [&](int tb, uint32_t (&kr)[CPI][4]) {
 		const int pb = tb + warp * 4;
-		float v[32];
-#pragma unroll
-		for (int i = 0; i < 32; i++)
-			v[i] = 0.f;
-		uint32_t kr[CPI][4];
 #pragma unroll
 		for (int i = 0; i < CPI; i++) {
 			const int cp = lane + 32 * i;
@@ -182,6 +179,19 @@ static __global__ void __launch_bounds__(MLA_THREADS) mla_attn_kernel(mla_params
 			for (int j = 0; j < 4; j++)
 				kr[i][j] = cp < cp2 && pb + j < t1 ? __ldg(cu + (size_t)(pb + j) * cp2 + cp) : 0u;
 		}
+	};
+	uint32_t kr[CPI][4];
+	load_k(t0, kr);
+	for (int tb = t0; tb < t1; tb += MLA_T) {
+		/* scores: rows pb..pb+3 x heads 0..7, index j*8 + h */
+		const int pb = tb + warp * 4;
+		float v[32];
+#pragma unroll
+		for (int i = 0; i < 32; i++)
+			v[i] = 0.f;
+		/* the next tile's operands in flight while this one is computed */
+		uint32_t kn[CPI][4];
+		load_k(tb + MLA_T, kn);
 #pragma unroll
 		for (int i = 0; i < CPI; i++) {
 			const int cp = lane + 32 * i;
@@ -199,6 +209,12 @@ static __global__ void __launch_bounds__(MLA_THREADS) mla_attn_kernel(mla_params
 					v[j * 8 + h] = fmaf(q.y, kf[j].y, fmaf(q.x, kf[j].x, v[j * 8 + h]));
 			}
 		}
+		/* this tile's value rows, needed after the softmax: loaded now */
+		const int n = min(MLA_T, t1 - tb);
+		uint32_t vr[MLA_T];
+#pragma unroll
+		for (int j = 0; j < MLA_T; j++)
+			vr[j] = tid < kv2 && j < n ? cu[(size_t)(tb + j) * cp2 + tid] : 0u;
 		X4C_RS_STEP(16, 32)
 		X4C_RS_STEP(8, 16)
 		X4C_RS_STEP(4, 8)
@@ -231,11 +247,6 @@ static __global__ void __launch_bounds__(MLA_THREADS) mla_attn_kernel(mla_params
 				acc[h][0] *= sal[h];
 				acc[h][1] *= sal[h];
 			}
-			const int n = min(MLA_T, t1 - tb);
-			uint32_t vr[MLA_T];
-#pragma unroll
-			for (int j = 0; j < MLA_T; j++)
-				vr[j] = j < n ? cu[(size_t)(tb + j) * cp2 + tid] : 0u;
 #pragma unroll
 			for (int j = 0; j < MLA_T; j++) {
 				if (j >= n)
@@ -252,6 +263,11 @@ static __global__ void __launch_bounds__(MLA_THREADS) mla_attn_kernel(mla_params
 			}
 		}
 		__syncthreads(); /* ss, spt and sal are rewritten by the next tile */
+#pragma unroll
+		for (int i = 0; i < CPI; i++)
+#pragma unroll
+			for (int j = 0; j < 4; j++)
+				kr[i][j] = kn[i][j];
 	}
 
 	if (lane == 0) {
