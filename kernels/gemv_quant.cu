@@ -373,29 +373,10 @@ gemv_q6k_kernel(const uint8_t *__restrict__ w, int n, int k, const float *__rest
 	x4p::trigger();
 	x4p::wait();
 	constexpr int XV = Q6_KMAX / 4 / (GEMV_WARPS * 32);
-	const float4 *x4 = reinterpret_cast<const float4 *>(x);
 	float4 xv[XV];
-#pragma unroll
-	for (int j = 0; j < XV; j++) {
-		const int i = threadIdx.x + j * GEMV_WARPS * 32;
-		xv[j] = __ldg(x4 + (i < k / 4 ? i : 0));
-	}
-	float z = stage4_zero<Q6_ROWB>(g, 0.f);
-#pragma unroll
-	for (int j = 0; j < XV; j++)
-		z = __fmaf_rn(__uint_as_float(__float_as_uint(xv[j].x) & 0x007fffffu), 0.f, z);
-	const uint32_t zi = __float_as_uint(z);
-	/* then the stores: x padded as gemv_block lays it chunk by chunk */
-#pragma unroll
-	for (int j = 0; j < XV; j++) {
-		const int i = threadIdx.x + j * GEMV_WARPS * 32;
-		if (i < k / 4) {
-			xs[xpad(4 * i)] = __uint_as_float(__float_as_uint(xv[j].x) | zi);
-			xs[xpad(4 * i + 1)] = __uint_as_float(__float_as_uint(xv[j].y) | zi);
-			xs[xpad(4 * i + 2)] = __uint_as_float(__float_as_uint(xv[j].z) | zi);
-			xs[xpad(4 * i + 3)] = __uint_as_float(__float_as_uint(xv[j].w) | zi);
-		}
-	}
+	xwhole_load<XV>(xv, x, k);
+	const uint32_t zi = __float_as_uint(xwhole_zero<XV>(xv, stage4_zero<Q6_ROWB>(g, 0.f)));
+	xwhole_store<XV>(xs, xv, k, zi); /* then the stores */
 	const uint8_t *p = stage4_store<Q6_ROWB>(g, stg[warp], zi, lane);
 	__syncwarp();
 	__syncthreads();

@@ -16,7 +16,9 @@
  *
  * Tiles of 64 routes use the gemm core (a dequantized weight slice reused
  * by 64 routes); tiles of at most 4 use the gemv core (each weight row read
- * once for the tile's 1 or 4 routes), the batch-1 decode step's included.
+ * once for the tile's 1 or 4 routes), and tiles of one route (every tile of
+ * the batch-1 decode step) the row-staged gemv core where the shape allows:
+ * the same bits as the gemv core, all of a warp's rows in flight at once.
  */
 #include "cuda_check.h"
 #include "x4_kern.h"
@@ -56,22 +58,60 @@ __device__ __forceinline__ void gu_gemv(uint8_t *smem, const float *const *xsrc,
 				h[(size_t)(start + v) * f + row] = silu(acc[0][v]) * acc[1][v];
 }
 
+/* Tiles of one route (every tile of a batch-1 decode step) take the row-
+ * staged core, gemv_rows, where the shape allows (rows_held): a gate/up
+ * warp holds its output's gate and up rows in registers (row_lines::GU
+ * 16-byte lines a lane a row), a down warp DOWN_ROWS adjacent rows
+ * (row_lines::DOWN lines a lane).  At the released shapes (d 3584, f 1024)
+ * both are 7168 values a warp: 4032 bytes in IQ4_NL (8 loads a lane), 7616
+ * in Q8_0 (15).  DOWN_ROWS = 7 puts 56 of the d = 3584 rows in a block, 64
+ * blocks a tile: a token's 4 tiles are 256 blocks, one wave of at most 2 a
+ * SM on the H200's 132 SMs, as even as that count allows (4 rows a warp
+ * would be 448 blocks, 3 or 4 a SM: the SMs with 4 set the time).  gate/up
+ * keeps gemv_block's 8 outputs a block: 512 blocks, one wave at 4 a SM,
+ * which IQ4_NL's 64 registers a thread allow (BLOCKS: the bound that holds
+ * the compiler to them; Q8_0's 16 lines a lane need ~120, 2 a SM).
+ * Shared memory is gemv_block's for SMALL_NV vectors either way
+ * (gemv_rows): x of up to SMALL_NV * KC = 4096 values whole (16.5 KiB) and
+ * a chunk a matrix a warp: gate/up 25.8 KiB in IQ4_NL, 33.8 in Q8_0; down
+ * 21.1 and 25.1; under the 48 KiB of static shared memory. */
+#define DOWN_ROWS 7
+template <int T_EXP> struct row_lines {
+	enum { GU = (3584 / fmt<T_EXP>::BE * fmt<T_EXP>::BB / 16 + 31) / 32,
+	       DOWN = (DOWN_ROWS * 1024 / fmt<T_EXP>::BE * fmt<T_EXP>::BB / 16 + 31) / 32,
+	       BLOCKS = T_EXP == X4_T_IQ4_NL ? 4 : 2 };
+};
+static_assert(gemv_smem<X4_T_Q8_0, SMALL_NV, 2>::BYTES + SMALL_NV * 8 <= 48 * 1024 &&
+	      gemv_smem<X4_T_IQ4_NL, SMALL_NV, 2>::BYTES + SMALL_NV * 8 <= 48 * 1024,
+	      "the experts' gemv blocks in static shared memory");
+
+/* rows: 1 where gemv_rows takes gate and up (rows_held), else 0. */
 template <int T_EXP>
-__global__ void __launch_bounds__(GEMV_WARPS * 32)
+__global__ void __launch_bounds__(GEMV_WARPS * 32, row_lines<T_EXP>::BLOCKS)
 moe_gu_gemv(x4k_moe_routes r, const float *__restrict__ x, int d, int f, const uint8_t *__restrict__ gate,
-	    const uint8_t *__restrict__ up, float *__restrict__ h)
+	    const uint8_t *__restrict__ up, float *__restrict__ h, int rows)
 {
 	__shared__ __align__(16) uint8_t smem[gemv_smem<T_EXP, SMALL_NV, 2>::BYTES];
 	__shared__ const float *xsrc[SMALL_NV];
 	int ex, start, cnt;
 	if (!tile_of(r, &ex, &start, &cnt))
 		return;
-	if (threadIdx.x < SMALL_NV) /* read after gemv_block's first barrier */
-		xsrc[threadIdx.x] = (int)threadIdx.x < cnt
-			? x + (size_t)(r.route[start + threadIdx.x] / r.k) * d : nullptr;
 	const int row = blockIdx.y * GEMV_WARPS + (threadIdx.x >> 5);
 	const bool ok = row < f;
 	const size_t rb = row_bytes(T_EXP, d), at = ((size_t)ex * f + (ok ? row : 0)) * rb;
+	if (cnt == 1 && rows) {
+		const uint8_t *const wr[2] = { gate + at, up + at };
+		const float *xt = x + (size_t)(r.route[start] / r.k) * d;
+		gemv_rows<T_EXP, SMALL_NV, 2, row_lines<T_EXP>::GU>(
+			smem, wr, ok ? 1 : 0, d, xt, [&](int, const float (&s)[2]) {
+				if ((threadIdx.x & 31) == 0)
+					h[(size_t)start * f + row] = silu(s[0]) * s[1];
+			});
+		return;
+	}
+	if (threadIdx.x < SMALL_NV) /* read after gemv_block's first barrier */
+		xsrc[threadIdx.x] = (int)threadIdx.x < cnt
+			? x + (size_t)(r.route[start + threadIdx.x] / r.k) * d : nullptr;
 	if (cnt == 1)
 		gu_gemv<T_EXP, 1>(smem, xsrc, gate + at, up + at, ok ? row : -1, d, f, start, cnt, h);
 	else
@@ -93,25 +133,48 @@ __device__ __forceinline__ void down_gemv(uint8_t *smem, const float *const *xsr
 				out[(size_t)route[v] * d + row] = acc[0][v];
 }
 
+/* rows: DOWN_ROWS or fewer where gemv_rows takes the down rows (rows_held),
+ * a warp's rows in a tile of one route, else 0.  The grid's y is d / (8 *
+ * rows) blocks where every tile is one route, d / 8 where some may hold
+ * more; a tile of several routes walks its row groups of 8 over whatever y
+ * the grid has, and a tile of one stops past its d / (8 * rows). */
 template <int T_EXP>
-__global__ void __launch_bounds__(GEMV_WARPS * 32)
+__global__ void __launch_bounds__(GEMV_WARPS * 32, row_lines<T_EXP>::BLOCKS)
 moe_down_gemv(x4k_moe_routes r, int d, int f, const uint8_t *__restrict__ down,
-	      const float *__restrict__ h, float *__restrict__ out)
+	      const float *__restrict__ h, float *__restrict__ out, int rows)
 {
 	__shared__ __align__(16) uint8_t smem[gemv_smem<T_EXP, SMALL_NV, 1>::BYTES];
 	__shared__ const float *xsrc[SMALL_NV];
 	int ex, start, cnt;
 	if (!tile_of(r, &ex, &start, &cnt))
 		return;
+	const size_t rb = row_bytes(T_EXP, f);
+	if (cnt == 1 && rows) {
+		if ((int)blockIdx.y * GEMV_WARPS * rows >= d)
+			return;
+		const int row0 = ((int)blockIdx.y * GEMV_WARPS + (int)(threadIdx.x >> 5)) * rows;
+		const int n = min(max(d - row0, 0), rows);
+		const uint8_t *const wr[1] = { down + ((size_t)ex * d + (n ? row0 : 0)) * rb };
+		float *o = out + (size_t)r.route[start] * d + row0;
+		gemv_rows<T_EXP, SMALL_NV, 1, row_lines<T_EXP>::DOWN>(
+			smem, wr, n, f, h + (size_t)start * f, [&](int i, const float (&s)[1]) {
+				if ((threadIdx.x & 31) == 0)
+					o[i] = s[0];
+			});
+		return;
+	}
 	if (threadIdx.x < SMALL_NV)
 		xsrc[threadIdx.x] = (int)threadIdx.x < cnt ? h + (size_t)(start + threadIdx.x) * f : nullptr;
-	const int row = blockIdx.y * GEMV_WARPS + (threadIdx.x >> 5);
-	const bool ok = row < d;
-	const uint8_t *w = down + ((size_t)ex * d + (ok ? row : 0)) * row_bytes(T_EXP, f);
-	if (cnt == 1)
-		down_gemv<T_EXP, 1>(smem, xsrc, w, ok ? row : -1, d, f, r.route + start, cnt, out);
-	else
-		down_gemv<T_EXP, SMALL_NV>(smem, xsrc, w, ok ? row : -1, d, f, r.route + start, cnt, out);
+	for (int g = blockIdx.y; g * GEMV_WARPS < d; g += gridDim.y) {
+		const int row = g * GEMV_WARPS + (threadIdx.x >> 5);
+		const bool ok = row < d;
+		const uint8_t *w = down + ((size_t)ex * d + (ok ? row : 0)) * rb;
+		if (cnt == 1)
+			down_gemv<T_EXP, 1>(smem, xsrc, w, ok ? row : -1, d, f, r.route + start, cnt, out);
+		else
+			down_gemv<T_EXP, SMALL_NV>(smem, xsrc, w, ok ? row : -1, d, f, r.route + start, cnt,
+						   out);
+	}
 }
 
 /* (A one-token path on the IQ4_NL register core of quant_dev.cuh was
@@ -241,11 +304,19 @@ static int launch(const x4k_moe_routes *r, const float *x, int d, int f, const u
 		X4_CUDA_TRY(cudaGetLastError(), "x4k_moe_experts: gate/up launch", e);
 		moe_down_gemm<T_EXP><<<dim3(tiles, (d + TN - 1) / TN), GEMM_THREADS, 0, s>>>(*r, d, f, d8, h, o);
 	} else {
+		constexpr int GU = row_lines<T_EXP>::GU, DN = row_lines<T_EXP>::DOWN;
+		const int gu_rows = rows_held<T_EXP, SMALL_NV, GU>(g8, d, 1) &&
+				    rows_held<T_EXP, SMALL_NV, GU>(u8, d, 1) && !((uintptr_t)x & 15);
+		const int dn_rows = rows_held<T_EXP, SMALL_NV, DN>(d8, f, DOWN_ROWS);
+		/* every tile is one route where a tile takes one, or the call is one
+		 * token (its k experts are distinct) */
+		const bool ones = r->tile == 1 || r->n_tok == 1;
+		const int dn_per = GEMV_WARPS * (ones && dn_rows ? dn_rows : 1);
 		moe_gu_gemv<T_EXP><<<dim3(tiles, (f + GEMV_WARPS - 1) / GEMV_WARPS), GEMV_WARPS * 32, 0, s>>>(
-			*r, x, d, f, g8, u8, h);
+			*r, x, d, f, g8, u8, h, gu_rows);
 		X4_CUDA_TRY(cudaGetLastError(), "x4k_moe_experts: gate/up launch", e);
-		moe_down_gemv<T_EXP><<<dim3(tiles, (d + GEMV_WARPS - 1) / GEMV_WARPS), GEMV_WARPS * 32, 0, s>>>(
-			*r, d, f, d8, h, o);
+		moe_down_gemv<T_EXP><<<dim3(tiles, (d + dn_per - 1) / dn_per), GEMV_WARPS * 32, 0, s>>>(
+			*r, d, f, d8, h, o, dn_rows);
 	}
 	return x4_cuda_launched("x4k_moe_experts: down launch", e);
 }

@@ -9,6 +9,8 @@
  *   in chunks of KC values with 16-byte loads (an 18- or 210-byte block is
  *   only 2-byte aligned, so the bytes are staged and decoded from shared
  *   memory), against NV input vectors held in shared memory.
+ *   row-staged gemv core: the gemv core's sums for one input vector, with
+ *   all of a warp's rows loaded into registers at once.
  *   gemm core: a 64-row x 64-token tile; each 32-wide slice of the weight is
  *   dequantized once into shared memory and reused by all 64 tokens.
  *
@@ -283,6 +285,149 @@ __device__ __forceinline__ void gemv_block(uint8_t *smem, const uint8_t *const (
 #pragma unroll
 		for (int v = 0; v < NV; v++)
 			acc[m][v] = x4c::warp_sum(acc[m][v]);
+}
+
+/* x whole in shared memory, padded as gemv_block lays it chunk by chunk
+ * (value c at xpad(c)): k <= XV * 4 * GEMV_WARPS * 32 values, 16-byte
+ * aligned, k % 4 == 0, a float4 a thread a round.  Loads and stores apart
+ * (xwhole_load, xwhole_store), so that a caller issues its other loads
+ * between and ors into every store a +0 made from all of them
+ * (xwhole_zero for x's part): the stores then wait for every load, and
+ * the compiler issues them all first instead of one dependent round per
+ * use. */
+template <int XV>
+__device__ __forceinline__ void xwhole_load(float4 (&xv)[XV], const float *__restrict__ x, int k)
+{
+	const float4 *x4 = reinterpret_cast<const float4 *>(x);
+#pragma unroll
+	for (int j = 0; j < XV; j++) {
+		const int i = threadIdx.x + j * GEMV_WARPS * 32;
+		xv[j] = __ldg(x4 + (i < k / 4 ? i : 0));
+	}
+}
+
+template <int XV>
+__device__ __forceinline__ float xwhole_zero(const float4 (&xv)[XV], float z)
+{
+#pragma unroll
+	for (int j = 0; j < XV; j++)
+		z = __fmaf_rn(__uint_as_float(__float_as_uint(xv[j].x) & 0x007fffffu), 0.f, z);
+	return z;
+}
+
+template <int XV>
+__device__ __forceinline__ void xwhole_store(float *xs, const float4 (&xv)[XV], int k, uint32_t zi)
+{
+#pragma unroll
+	for (int j = 0; j < XV; j++) {
+		const int i = threadIdx.x + j * GEMV_WARPS * 32;
+		if (i < k / 4) {
+			xs[xpad(4 * i)] = __uint_as_float(__float_as_uint(xv[j].x) | zi);
+			xs[xpad(4 * i + 1)] = __uint_as_float(__float_as_uint(xv[j].y) | zi);
+			xs[xpad(4 * i + 2)] = __uint_as_float(__float_as_uint(xv[j].z) | zi);
+			xs[xpad(4 * i + 3)] = __uint_as_float(__float_as_uint(xv[j].w) | zi);
+		}
+	}
+}
+
+/* ---------------- the row-staged gemv core ----------------
+ * gemv_block against one input vector with all of a warp's weight bytes in
+ * flight at once.  gemv_block keeps one chunk of a warp's rows in flight,
+ * behind the block's x staging and two barriers a chunk: latency, not
+ * bandwidth (the batch-1 experts' gate/up so ran at ~630 GB/s on the
+ * H200, a seventh of what the card streams).  Here a
+ * warp first issues the 16-byte loads of all its rows into registers: NS
+ * spans of `rows` adjacent rows, lane L holding lines L, L + 32, ... of
+ * each (IT of them); then the block stages x for the whole k once, behind
+ * one barrier, padded as gemv_block lays it chunk by chunk; then the warp
+ * moves its rows from registers into its staging buffer a chunk at a time
+ * and runs chunk_dot on each chunk as gemv_block does: the same bytes and
+ * x, the same sums in the same order, so the bits of gemv_block<TYPE, 1,
+ * NS> row for row.  Staging a chunk at a time (not whole rows) keeps the
+ * shared memory gemv_block's for NV vectors (x whole for k <= NV * KC, a
+ * chunk a matrix a warp), so a kernel that runs both cores, for tiles of one
+ * route and of several, needs no more than the chunked core alone.
+ *
+ * Rows must start 16-byte aligned with row_bytes % 16 == 0 (k % 256 == 0
+ * for IQ4_NL and Q8_0): every chunk of a row is then whole lines, and a
+ * row's lines follow the previous row's in a span.  rows_held says whether
+ * and how many rows a span takes. */
+
+/* The rows (at most `most`) of k values at w that a span of gemv_rows<TYPE,
+ * NV, NS, IT> holds; 0 where it takes none (the chunked core's shape).
+ * Host: a launch picks the core and sizes its grid by it. */
+template <int TYPE, int NV, int IT>
+static inline int rows_held(const void *w, int k, int most)
+{
+	const size_t rb = row_bytes(TYPE, k);
+	if (rb == 0 || rb % 16 || ((uintptr_t)w & 15) || k > NV * KC)
+		return 0;
+	const size_t n = (size_t)IT * 32 * 16 / rb;
+	return n < (size_t)most ? (int)n : most;
+}
+
+/* The warp's rows r = 0..rows-1 of the spans w[s] (rows_held of them at
+ * most; rows 0: the warp only joins the barrier) against x (k values,
+ * global, 16-byte aligned); emit(r, sum) with sum[s] row r of span s,
+ * complete in every lane.  A block of GEMV_WARPS warps, all calling.  The
+ * x stores wait for every load (xwhole_zero), the weights' included. */
+template <int TYPE, int NV, int NS, int IT, class EMIT>
+__device__ __forceinline__ void gemv_rows(uint8_t *smem, const uint8_t *const (&w)[NS], int rows,
+					  int k, const float *__restrict__ x, EMIT &&emit)
+{
+	static_assert(chunk_bytes<TYPE>::N % 16 == 0, "a chunk of whole 16-byte lines");
+	using S = gemv_smem<TYPE, NV, NS>;
+	float *xs = reinterpret_cast<float *>(smem);
+	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+	const int rb = (int)row_bytes(TYPE, k), lines = rows * rb / 16;
+	uint4 v[NS][IT];
+#pragma unroll
+	for (int s = 0; s < NS; s++)
+#pragma unroll
+		for (int i = 0; i < IT; i++)
+			if (lane + 32 * i < lines)
+				v[s][i] = __ldcs(reinterpret_cast<const uint4 *>(w[s]) + lane + 32 * i);
+	constexpr int XV = NV * KC / 4 / (GEMV_WARPS * 32);
+	float4 xv[XV];
+	xwhole_load<XV>(xv, x, k);
+	float z = xwhole_zero<XV>(xv, 0.f);
+#pragma unroll
+	for (int s = 0; s < NS; s++)
+#pragma unroll
+		for (int i = 0; i < IT; i++)
+			z = __fmaf_rn(__uint_as_float(v[s][i].x & 0x007fffffu), 0.f, z);
+	xwhole_store<XV>(xs, xv, k, __float_as_uint(z));
+	__syncthreads();
+	uint8_t *stg = smem + S::X + warp * NS * S::STAGE;
+	for (int r = 0; r < rows; r++) {
+		float acc[NS][1];
+#pragma unroll
+		for (int s = 0; s < NS; s++)
+			acc[s][0] = 0.f;
+		for (int k0 = 0; k0 < k; k0 += KC) {
+			const int kc = k - k0 < KC ? k - k0 : KC;
+			const int l0 = (r * rb + (int)row_bytes(TYPE, k0)) >> 4;
+			const int nl = (int)row_bytes(TYPE, kc) >> 4;
+#pragma unroll
+			for (int s = 0; s < NS; s++)
+#pragma unroll
+				for (int i = 0; i < IT; i++) {
+					const int l = lane + 32 * i - l0;
+					if (l >= 0 && l < nl)
+						reinterpret_cast<uint4 *>(stg + s * S::STAGE)[l] = v[s][i];
+				}
+			__syncwarp();
+#pragma unroll
+			for (int s = 0; s < NS; s++)
+				chunk_dot<TYPE, 1>(stg + s * S::STAGE, kc, xs + xpad(k0), lane, acc[s]);
+			__syncwarp(); /* the staging buffer is rewritten next chunk */
+		}
+		float sum[NS];
+#pragma unroll
+		for (int s = 0; s < NS; s++)
+			sum[s] = x4c::warp_sum(acc[s][0]);
+		emit(r, sum);
+	}
 }
 
 /* ---------------- the IQ4_NL register core ----------------

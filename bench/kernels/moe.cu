@@ -1,23 +1,57 @@
 /*
  * moe.cu - the kernel lab for the routed experts (x4k_moe_experts: gate
- * and up with the SwiGLU product, then down, IQ4_NL 3584 x 1024, top-4 of
- * 64), L2 flushed between repetitions:
- *   - the batch-1 decode step, one token's 4 routes on 4 distinct experts:
- *     the staged gemv tiles of 317feb9 (old/quant_dev_317.cuh) against the
- *     library's (tile 4);
+ * and up with the SwiGLU product, then down, 3584 x 1024, top-4 of 64),
+ * L2 flushed between repetitions:
+ *   - the batch-1 decode step, one token's 4 routes on 4 distinct experts,
+ *     IQ4_NL: the staged gemv tiles of 317feb9 (old, old/quant_dev_317.cuh)
+ *     and the chunked gemv tiles of d99d56c (chunk, old/moe_chunk.cuh)
+ *     against the library's (new: tiles of one route on the row-staged
+ *     core); Q8_0: chunk against new;
  *   - a 512-token prefill chunk, 2048 routes spread evenly over the 64
- *     experts: the library's tile of 64 routes (new, x4k_moe_tile's choice)
- *     against the decode tile of 4 (tile4).
+ *     experts, IQ4_NL: the library's tile of 64 routes (new, x4k_moe_tile's
+ *     choice) against the decode tile of 4 (tile4).
+ * Before the timings, a self-check: the one-token outputs (h and the route
+ * outputs) of new and chunk must be the same bits, in both formats (a
+ * "# bitwise: equal" line on stderr; "# bitwise: DIFFER" and exit 1 if
+ * not).  The weights are random bytes with every block's fp16 scale made
+ * finite (2^-5..2^-2), so that the outputs compared are finite numbers.
  * Bytes: the experts' weights the routes touch (3 matrices of 2 MB an
- * expert), x [n_tok][3584] read and the [n_tok*4][3584] route outputs
- * written (h, the workspace between the two launches, not counted);
- * tflops for the chunk: 6 f d a route.
+ * expert in IQ4_NL, 3.9 in Q8_0), x [n_tok][3584] read and the
+ * [n_tok*4][3584] route outputs written (h, the workspace between the two
+ * launches, not counted); tflops for the chunk: 6 f d a route.
  *
  *   make bench-kernels CUDA_ARCH=90 && build/bench/moe [old|new|all]
  */
+#include <cmath>
+
 #include "lab.h"
 #include "x4_kern.h"
+#include "old/moe_chunk.cuh" /* before quant_dev_317.cuh: its T_EXP and SMALL_NV are macros */
 #include "old/quant_dev_317.cuh"
+
+/* Every block's fp16 scale (its first 2 bytes; bb bytes a block) made
+ * finite: exponent field 10..13, sign and mantissa kept. */
+__global__ void finite_scales(uint8_t *w, size_t n_blocks, int bb)
+{
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n_blocks;
+	     i += (size_t)gridDim.x * blockDim.x) {
+		uint16_t *h = reinterpret_cast<uint16_t *>(w + i * bb);
+		const unsigned v = *h;
+		*h = (uint16_t)((v & 0x83ffu) | (((v >> 10) & 3u) + 10u) << 10);
+	}
+}
+
+/* n_expert matrices of n rows of k values of type, random blocks with finite scales */
+static void *experts_make(int type, int E, int n, int k, uint32_t seed)
+{
+	size_t nb = (size_t)E * n * (k / x4_type_block_elems(type));
+	size_t bytes = nb * x4_type_block_bytes(type);
+	void *w = lab_alloc(bytes);
+	lab_bytes(w, bytes, seed);
+	finite_scales<<<1024, 256>>>((uint8_t *)w, nb, x4_type_block_bytes(type));
+	LAB_CK(cudaGetLastError());
+	return w;
+}
 
 struct routed {
 	x4k_moe_routes r;
@@ -38,6 +72,35 @@ static void routes_make(routed *m, int n_tok, int k, int E, int tile, const int3
 	LAB_CK(cudaStreamSynchronize(s));
 }
 
+/* chunk against new on one token: h and the route outputs, bit for bit */
+static bool same_bits(const lab *L, int type, const x4k_moe_routes *r, const float *x, int d, int f,
+		      const void *gate, const void *up, const void *down, void *ws, size_t wsb,
+		      int *nonfinite)
+{
+	const size_t nh = (size_t)r->k * f, no = (size_t)r->k * d;
+	float *hc = (float *)lab_alloc(nh * 4), *oc = (float *)lab_alloc(no * 4);
+	const float *on;
+	x4_err e = { 0 };
+	if (type == X4_T_Q8_0)
+		moe_chunk::experts<X4_T_Q8_0>(r, x, d, f, gate, up, down, hc, oc, L->s);
+	else
+		moe_chunk::experts<X4_T_IQ4_NL>(r, x, d, f, gate, up, down, hc, oc, L->s);
+	LAB_CK(cudaGetLastError());
+	LAB_X4(x4k_moe_experts(r, type, x, d, f, gate, up, down, ws, wsb, &on, L->s, &e), e);
+	LAB_CK(cudaStreamSynchronize(L->s));
+	std::vector<float> a(nh + no), b(nh + no);
+	LAB_CK(cudaMemcpy(a.data(), hc, nh * 4, cudaMemcpyDeviceToHost));
+	LAB_CK(cudaMemcpy(a.data() + nh, oc, no * 4, cudaMemcpyDeviceToHost));
+	LAB_CK(cudaMemcpy(b.data(), ws, nh * 4, cudaMemcpyDeviceToHost)); /* h leads the workspace */
+	LAB_CK(cudaMemcpy(b.data() + nh, on, no * 4, cudaMemcpyDeviceToHost));
+	LAB_CK(cudaFree(hc));
+	LAB_CK(cudaFree(oc));
+	*nonfinite = 0;
+	for (float v : a)
+		*nonfinite += !std::isfinite(v);
+	return !memcmp(a.data(), b.data(), a.size() * 4);
+}
+
 int main(int argc, char **argv)
 {
 	lab L;
@@ -45,12 +108,13 @@ int main(int argc, char **argv)
 	const x4_config c = lab_model();
 	const int d = c.n_embd, f = c.n_ff_exp, E = c.n_expert, k = c.n_expert_used;
 	const int T = 512;
-	size_t mb = x4_type_bytes(X4_T_IQ4_NL, (uint64_t)E * f * d);
-	const double eb = 3.0 * x4_type_bytes(X4_T_IQ4_NL, (uint64_t)f * d); /* one expert */
-	void *gate = lab_alloc(mb), *up = lab_alloc(mb), *down = lab_alloc(mb);
-	lab_bytes(gate, mb, 31);
-	lab_bytes(up, mb, 32);
-	lab_bytes(down, mb, 33);
+	const int types[2] = { X4_T_IQ4_NL, X4_T_Q8_0 };
+	void *gate[2], *up[2], *down[2];
+	for (int i = 0; i < 2; i++) {
+		gate[i] = experts_make(types[i], E, f, d, 31 + 3 * i);
+		up[i] = experts_make(types[i], E, f, d, 32 + 3 * i);
+		down[i] = experts_make(types[i], E, d, f, 33 + 3 * i);
+	}
 	float *x = lab_f32((size_t)T * d, 34);
 	size_t wsb = x4k_moe_experts_workspace_bytes(T, k, d, f); /* serves one token too */
 	void *ws = lab_alloc(wsb);
@@ -63,17 +127,43 @@ int main(int argc, char **argv)
 		routes_make(&m, 1, k, E, x4k_moe_tile(1, k), sel, wts, L.s);
 		float *h = (float *)ws;
 		float *o = (float *)((char *)ws + (((size_t)k * f * 4 + 255) & ~(size_t)255));
-		double bytes = k * eb + 4.0 * d + 4.0 * k * d;
-		const char *nm = "1tok_top4_3584x1024";
-		if (L.run_old)
-			lab_row(&L, "moe_experts", "old", nm, bytes, lab_time_us(&L, [&] {
-					x4d_317::moe_experts(&m.r, x, d, f, gate, up, down, h, o, L.s);
-				}));
-		if (L.run_new)
-			lab_row(&L, "moe_experts", "new", nm, bytes, lab_time_us(&L, [&] {
-					LAB_X4(x4k_moe_experts(&m.r, X4_T_IQ4_NL, x, d, f, gate, up, down, ws,
-							       wsb, NULL, L.s, &e), e);
-				}));
+		bool same = true;
+		for (int i = 0; i < 2; i++) {
+			int bad;
+			const bool eq = same_bits(&L, types[i], &m.r, x, d, f, gate[i], up[i], down[i], ws,
+						  wsb, &bad);
+			fprintf(stderr, "# %s one token: new and chunk %s, %d of %d outputs not finite\n",
+				x4_type_name(types[i]), eq ? "the same bits" : "differ", bad, k * (f + d));
+			same = same && eq;
+		}
+		fprintf(stderr, "# bitwise: %s\n", same ? "equal" : "DIFFER");
+		if (!same)
+			return 1;
+		for (int i = 0; i < 2; i++) {
+			const int type = types[i];
+			double bytes = 3.0 * k * x4_type_bytes(type, (uint64_t)f * d) + 4.0 * d + 4.0 * k * d;
+			char nm[64];
+			snprintf(nm, sizeof nm, "1tok_top4_3584x1024%s", type == X4_T_Q8_0 ? "_q8" : "");
+			if (L.run_old && type == X4_T_IQ4_NL)
+				lab_row(&L, "moe_experts", "old", nm, bytes, lab_time_us(&L, [&] {
+						x4d_317::moe_experts(&m.r, x, d, f, gate[i], up[i], down[i], h, o,
+								     L.s);
+					}));
+			if (L.run_old)
+				lab_row(&L, "moe_experts", "chunk", nm, bytes, lab_time_us(&L, [&] {
+						if (type == X4_T_Q8_0)
+							moe_chunk::experts<X4_T_Q8_0>(&m.r, x, d, f, gate[i], up[i],
+										      down[i], h, o, L.s);
+						else
+							moe_chunk::experts<X4_T_IQ4_NL>(&m.r, x, d, f, gate[i], up[i],
+											down[i], h, o, L.s);
+					}));
+			if (L.run_new)
+				lab_row(&L, "moe_experts", "new", nm, bytes, lab_time_us(&L, [&] {
+						LAB_X4(x4k_moe_experts(&m.r, type, x, d, f, gate[i], up[i], down[i],
+								       ws, wsb, NULL, L.s, &e), e);
+					}));
+		}
 		LAB_CK(cudaFree(m.rws));
 	}
 
@@ -86,6 +176,7 @@ int main(int argc, char **argv)
 			for (int j = 0; j < k; j++)
 				sel[(size_t)t * k + j] = (b + j * (E / k)) % E;
 		}
+		double eb = 3.0 * x4_type_bytes(X4_T_IQ4_NL, (uint64_t)f * d); /* one expert */
 		double bytes = E * eb + 4.0 * T * d + 4.0 * T * k * d, flops = 6.0 * T * k * f * d;
 		char nm[64];
 		snprintf(nm, sizeof nm, "%dtok_top4_3584x1024", T);
@@ -95,8 +186,8 @@ int main(int argc, char **argv)
 			routed m;
 			routes_make(&m, T, k, E, tiles[i], sel.data(), wts.data(), L.s);
 			lab_row(&L, "moe_experts", variant[i], nm, bytes, lab_time_us(&L, [&] {
-					LAB_X4(x4k_moe_experts(&m.r, X4_T_IQ4_NL, x, d, f, gate, up, down, ws,
-							       wsb, NULL, L.s, &e), e);
+					LAB_X4(x4k_moe_experts(&m.r, X4_T_IQ4_NL, x, d, f, gate[0], up[0],
+							       down[0], ws, wsb, NULL, L.s, &e), e);
 				}), flops);
 			LAB_CK(cudaFree(m.rws));
 		}

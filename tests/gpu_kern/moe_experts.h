@@ -177,6 +177,22 @@ out:
 	free(x), free(sh), free(sel), free(wts), free(ref), free(mag), free(y1), free(y2);
 }
 
+/* Tiles of one route take the row-staged gemv core where the rows are
+ * 16-byte aligned (k % 256 == 0) and fit its registers (moe_experts.cu):
+ * every one-token case below and the tiles of one route among several
+ * ("mixed tiles"), "tile 1" on the one-route grid of d / (8 * rows) down
+ * blocks; 96 x 160 (rows of 54 and 90 bytes) and gate/up at d 4096 (2304
+ * bytes a row, more than a lane's registers hold) keep the chunked core. */
+/* test_experts on weights made for the one case */
+static void test_shape(const char *label, int type, int d, int f, int n_expert, uint64_t wseed,
+		       int n_tok, int k, int tile, int skew, uint64_t seed)
+{
+	struct moe_w w;
+	moe_w_make(&w, type, d, f, n_expert, wseed);
+	test_experts(label, &w, n_tok, k, tile, skew, seed);
+	moe_w_free(&w);
+}
+
 static void test_moe_experts(void)
 {
 	struct moe_w tiny;
@@ -185,20 +201,39 @@ static void test_moe_experts(void)
 	test_experts("tiny", &tiny, 3, 2, 64, -1, 63);
 	test_experts("tiny", &tiny, 70, 3, 64, 2, 64); /* expert 2: 70 routes, two tiles */
 	test_experts("tiny", &tiny, 70, 3, 4, 2, 65);
+	test_experts("tiny", &tiny, 1, 2, 4, -1, 82); /* one route a tile, on the chunked core */
 	moe_w_free(&tiny);
 
-	struct moe_w small; /* one token on the register core: 2 and 3 groups a row */
-	moe_w_make(&small, X4_T_IQ4_NL, 512, 768, 6, 66);
-	test_experts("small decode", &small, 1, 3, 4, -1, 67);
-	moe_w_free(&small);
+	/* one token, row-staged: down's 512 rows end inside block 10 */
+	test_shape("small decode", X4_T_IQ4_NL, 512, 768, 6, 66, 1, 3, 4, -1, 67);
+
+	/* the row-staged core at a tiny size: down's 256 rows, 7 a warp, end
+	 * inside the fifth block's fifth warp */
+	struct moe_w tiny_row;
+	moe_w_make(&tiny_row, X4_T_IQ4_NL, 256, 512, 5, 83);
+	test_experts("tiny row", &tiny_row, 1, 3, 4, -1, 84);
+	test_experts("tiny row", &tiny_row, 3, 3, 1, 1, 85); /* tiles of one, three of expert 1 */
+	moe_w_free(&tiny_row);
 
 	struct moe_w full_w;
 	moe_w_make(&full_w, X4_T_IQ4_NL, 3584, 1024, 64, 71);
 	test_experts("model decode", &full_w, 1, 4, 4, -1, 72);
 	test_experts("model decode", &full_w, 2, 4, 4, 7, 73); /* a tile of 2 routes */
+	/* expert 7: 5 routes, tiles of 4 and 1, beside ~15 tiles of one */
+	test_experts("model mixed tiles", &full_w, 5, 4, 4, 7, 86);
+	test_experts("model decode", &full_w, 3, 4, 1, 7, 87);
 	test_experts("model prefill", &full_w, 70, 4, 64, 9, 74);
 	test_experts("model prefill", &full_w, 70, 4, 4, 9, 75);
 	moe_w_free(&full_w);
+
+	/* larger: f 2048 (down 3 rows a warp, 24 a block: 3584 ends inside
+	 * block 150), top-8 of 16; and d 4096, gate/up on the chunked core */
+	test_shape("larger decode", X4_T_IQ4_NL, 3584, 2048, 16, 88, 1, 8, 4, -1, 89);
+	struct moe_w big;
+	moe_w_make(&big, X4_T_IQ4_NL, 4096, 1024, 16, 90);
+	test_experts("wide decode", &big, 1, 8, 4, -1, 91);
+	test_experts("wide mixed tiles", &big, 3, 8, 4, 5, 92);
+	moe_w_free(&big);
 
 	/* the second expert format, Q8_0, through the same kernels */
 	struct moe_w q8;
@@ -206,8 +241,11 @@ static void test_moe_experts(void)
 	test_experts("tiny", &q8, 3, 2, 4, -1, 77);
 	test_experts("tiny", &q8, 70, 3, 64, 2, 78);
 	moe_w_free(&q8);
+	test_shape("tiny row", X4_T_Q8_0, 256, 512, 5, 93, 1, 3, 4, -1, 94);
 	moe_w_make(&q8, X4_T_Q8_0, 3584, 1024, 64, 79);
 	test_experts("model decode", &q8, 1, 4, 4, -1, 80);
+	test_experts("model mixed tiles", &q8, 5, 4, 4, 7, 95);
 	test_experts("model prefill", &q8, 70, 4, 64, 9, 81);
 	moe_w_free(&q8);
+	test_shape("larger decode", X4_T_Q8_0, 3584, 2048, 16, 96, 1, 8, 4, -1, 97);
 }
