@@ -177,6 +177,113 @@ moe_down_gemv(x4k_moe_routes r, int d, int f, const uint8_t *__restrict__ down,
 	}
 }
 
+/* One slot of the top-k sum: the reduce kernel's and the one-token fused
+ * down's (moe_down_sum_kernel) one expression, so both give the same bits. */
+__device__ __forceinline__ float slot_add(float acc, float w, float o) { return acc + w * o; }
+
+/* ---- one token: every route's down and the shared expert's, summed ----
+ * y[row] = sum over the tiles (one route each, in ascending expert id: the
+ * table's order) of wts * (W_down[ex][row] . h[route]), then + W_sdown[row]
+ * . sh: moe_down_gemv's row-staged products, the shared down's gemv_kernel
+ * product and moe_reduce's sum in one launch, the same operations in the
+ * same order (the same bits), and no per-route rows written.  A warp takes
+ * SUM_ROWS rows; its rows of every matrix (up to SMALL_NV routes and the
+ * shared one) are loaded into registers first, then the block stages the
+ * NM input vectors (f <= KC values each) behind one barrier.  Shared memory:
+ * NM padded vectors and a chunk a matrix a warp, 43.8 KiB in IQ4_NL (Q8_0's
+ * longer chunks do not fit the 48 KiB: it keeps the three launches). */
+constexpr int SUM_ROWS = 2, SUM_NM = SMALL_NV + 1;
+
+template <int T_EXP>
+__global__ void __launch_bounds__(GEMV_WARPS * 32)
+moe_down_sum_kernel(x4k_moe_routes r, int d, int f, const uint8_t *__restrict__ down,
+		    const float *__restrict__ h, const uint8_t *__restrict__ sdown,
+		    const float *__restrict__ sh, float *__restrict__ y)
+{
+	using S = gemv_smem<T_EXP, SUM_NM, SUM_NM>;
+	static_assert(S::BYTES <= 48 * 1024, "static shared memory");
+	__shared__ __align__(16) uint8_t smem[S::BYTES];
+	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+	const int nt = min(*r.n_tiles, SMALL_NV), rb = (int)row_bytes(T_EXP, f), nl = rb / 16;
+	const int row0 = ((int)blockIdx.x * GEMV_WARPS + warp) * SUM_ROWS;
+	const uint8_t *base[SUM_NM];
+	const float *xsrc[SUM_NM];
+	float wt[SMALL_NV];
+#pragma unroll
+	for (int m = 0; m < SMALL_NV; m++) {
+		const int st = m < nt ? r.tile_start[m] : 0;
+		base[m] = m < nt ? down + (size_t)r.tile_expert[m] * d * rb : nullptr;
+		xsrc[m] = m < nt ? h + (size_t)st * f : nullptr;
+		wt[m] = m < nt ? r.wts[r.route[st]] : 0.f;
+	}
+	base[SMALL_NV] = sdown, xsrc[SMALL_NV] = sh;
+	uint4 v[SUM_NM][SUM_ROWS][2];
+#pragma unroll
+	for (int m = 0; m < SUM_NM; m++)
+#pragma unroll
+		for (int q = 0; q < SUM_ROWS; q++)
+#pragma unroll
+			for (int i = 0; i < 2; i++) {
+				const int l = lane + 32 * i;
+				v[m][q][i] = base[m] && row0 + q < d && l < nl
+					? __ldcs(reinterpret_cast<const uint4 *>(base[m] + (size_t)(row0 + q) * rb) + l)
+					: make_uint4(0u, 0u, 0u, 0u);
+			}
+	float4 xv[SUM_NM][1];
+#pragma unroll
+	for (int m = 0; m < SUM_NM; m++)
+		if (xsrc[m])
+			xwhole_load<1>(xv[m], xsrc[m], f);
+	float z = 0.f;
+#pragma unroll
+	for (int m = 0; m < SUM_NM; m++) {
+		if (xsrc[m])
+			z = xwhole_zero<1>(xv[m], z);
+#pragma unroll
+		for (int q = 0; q < SUM_ROWS; q++)
+			z = __fmaf_rn(__uint_as_float(v[m][q][0].x & 0x007fffffu), 0.f, z);
+	}
+	float *xs = reinterpret_cast<float *>(smem);
+#pragma unroll
+	for (int m = 0; m < SUM_NM; m++)
+		if (xsrc[m])
+			xwhole_store<1>(xs + m * XS, xv[m], f, __float_as_uint(z));
+	__syncthreads();
+	uint8_t *stg = smem + S::X + warp * SUM_NM * S::STAGE;
+#pragma unroll
+	for (int q = 0; q < SUM_ROWS; q++) {
+		const int row = row0 + q;
+		if (row >= d) /* uniform over the warp */
+			break;
+#pragma unroll
+		for (int m = 0; m < SUM_NM; m++)
+#pragma unroll
+			for (int i = 0; i < 2; i++)
+				if (base[m] && lane + 32 * i < nl)
+					reinterpret_cast<uint4 *>(stg + m * S::STAGE)[lane + 32 * i] = v[m][q][i];
+		__syncwarp();
+		float dot[SUM_NM];
+#pragma unroll
+		for (int m = 0; m < SUM_NM; m++) {
+			float a[1] = { 0.f };
+			if (base[m])
+				chunk_dot<T_EXP, 1>(stg + m * S::STAGE, f, xs + m * XS, lane, a);
+			dot[m] = x4c::warp_sum(a[0]);
+		}
+		__syncwarp(); /* the staging buffer is rewritten by the next row */
+		if (lane == 0) {
+			float acc = 0.f;
+#pragma unroll
+			for (int m = 0; m < SMALL_NV; m++)
+				if (m < nt)
+					acc = slot_add(acc, wt[m], dot[m]);
+			if (sdown)
+				acc += dot[SMALL_NV];
+			y[row] = acc;
+		}
+	}
+}
+
 /* (A one-token path on the IQ4_NL register core of quant_dev.cuh was
  * measured slower than the staged gemv tiles above on the H200, 47.2
  * against 40.8 us for one token's four experts, and dropped:
@@ -246,6 +353,8 @@ moe_down_gemm(x4k_moe_routes r, int d, int f, const uint8_t *__restrict__ down,
 
 /* ---- the top-k sum ---- */
 
+
+
 /* y[t][c] = sum over t's slots in ascending expert id of wts * out, then
  * + shared.  The k slots are visited by repeated minimum (ids are distinct),
  * with every array index a compile-time constant. */
@@ -281,7 +390,7 @@ __global__ void moe_reduce_kernel(x4k_moe_routes r, const float *__restrict__ ou
 			}
 		if (best == 0x7fffffff)
 			break;
-		acc += bw * out[((size_t)t * k + bs) * d + c];
+		acc = slot_add(acc, bw, out[((size_t)t * k + bs) * d + c]);
 		prev = best;
 	}
 	if (shared)
@@ -296,11 +405,14 @@ static size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
 /* The two products of one call on experts of type T_EXP. */
 template <int T_EXP>
 static int launch(const x4k_moe_routes *r, const float *x, int d, int f, const uint8_t *g8,
-		  const uint8_t *u8, const uint8_t *d8, float *h, float *o, cudaStream_t s, x4_err *e)
+		  const uint8_t *u8, const uint8_t *d8, float *h, float *o, bool with_down,
+		  cudaStream_t s, x4_err *e)
 {
 	const unsigned tiles = (unsigned)r->max_tiles;
 	if (r->tile == TT) {
 		moe_gu_gemm<T_EXP><<<dim3(tiles, (f + TN - 1) / TN), GEMM_THREADS, 0, s>>>(*r, x, d, f, g8, u8, h);
+		if (!with_down)
+			return x4_cuda_launched("x4k_moe_experts: gate/up launch", e);
 		X4_CUDA_TRY(cudaGetLastError(), "x4k_moe_experts: gate/up launch", e);
 		moe_down_gemm<T_EXP><<<dim3(tiles, (d + TN - 1) / TN), GEMM_THREADS, 0, s>>>(*r, d, f, d8, h, o);
 	} else {
@@ -314,6 +426,8 @@ static int launch(const x4k_moe_routes *r, const float *x, int d, int f, const u
 		const int dn_per = GEMV_WARPS * (ones && dn_rows ? dn_rows : 1);
 		moe_gu_gemv<T_EXP><<<dim3(tiles, (f + GEMV_WARPS - 1) / GEMV_WARPS), GEMV_WARPS * 32, 0, s>>>(
 			*r, x, d, f, g8, u8, h, gu_rows);
+		if (!with_down)
+			return x4_cuda_launched("x4k_moe_experts: gate/up launch", e);
 		X4_CUDA_TRY(cudaGetLastError(), "x4k_moe_experts: gate/up launch", e);
 		moe_down_gemv<T_EXP><<<dim3(tiles, (d + dn_per - 1) / dn_per), GEMV_WARPS * 32, 0, s>>>(
 			*r, d, f, d8, h, o, dn_rows);
@@ -321,9 +435,11 @@ static int launch(const x4k_moe_routes *r, const float *x, int d, int f, const u
 	return x4_cuda_launched("x4k_moe_experts: down launch", e);
 }
 
-extern "C" int x4k_moe_experts(const x4k_moe_routes *r, int type, const float *x, int d, int f,
-			       const void *gate, const void *up, const void *down, void *ws,
-			       size_t ws_bytes, const float **out, cudaStream_t s, x4_err *e)
+/* x4k_moe_experts; with_down false: gate and up only (h in ws), for the
+ * fused down of x4k_moe_experts_sum. */
+static int experts(const x4k_moe_routes *r, int type, const float *x, int d, int f, const void *gate,
+		   const void *up, const void *down, void *ws, size_t ws_bytes, const float **out,
+		   bool with_down, cudaStream_t s, x4_err *e)
 {
 	if (!r || !x || !gate || !up || !down || !ws)
 		return x4_err_set(e, X4_EINVAL, "x4k_moe_experts: NULL argument");
@@ -353,8 +469,53 @@ extern "C" int x4k_moe_experts(const x4k_moe_routes *r, int type, const float *x
 		return 0;
 	const uint8_t *g8 = static_cast<const uint8_t *>(gate), *u8 = static_cast<const uint8_t *>(up);
 	const uint8_t *d8 = static_cast<const uint8_t *>(down);
-	return type == X4_T_Q8_0 ? launch<X4_T_Q8_0>(r, x, d, f, g8, u8, d8, h, o, s, e)
-				 : launch<X4_T_IQ4_NL>(r, x, d, f, g8, u8, d8, h, o, s, e);
+	return type == X4_T_Q8_0 ? launch<X4_T_Q8_0>(r, x, d, f, g8, u8, d8, h, o, with_down, s, e)
+				 : launch<X4_T_IQ4_NL>(r, x, d, f, g8, u8, d8, h, o, with_down, s, e);
+}
+
+extern "C" int x4k_moe_experts(const x4k_moe_routes *r, int type, const float *x, int d, int f,
+			       const void *gate, const void *up, const void *down, void *ws,
+			       size_t ws_bytes, const float **out, cudaStream_t s, x4_err *e)
+{
+	return experts(r, type, x, d, f, gate, up, down, ws, ws_bytes, out, true, s, e);
+}
+
+/* The fused down applies: one token, at most SMALL_NV routes, IQ4_NL rows
+ * of f <= KC values whole in 16-byte lines, the shared down of the same
+ * type and shape. */
+static bool sum_fits(const x4k_moe_routes *r, int type, int f, const void *down, const void *sdown,
+		     int sdown_type, const float *h, const float *sh)
+{
+	return type == X4_T_IQ4_NL && sdown_type == type && r->n_tok == 1 && r->k <= SMALL_NV &&
+	       f <= KC && f % 256 == 0 && !((uintptr_t)down & 15) && !((uintptr_t)sdown & 15) &&
+	       !((uintptr_t)h & 15) && !((uintptr_t)sh & 15);
+}
+
+extern "C" int x4k_moe_experts_sum(const x4k_moe_routes *r, int type, const float *x, int d, int f,
+				   const void *gate, const void *up, const void *down,
+				   int sdown_type, const void *sdown, const float *sh, void *ws,
+				   size_t ws_bytes, float *y, cudaStream_t s, x4_err *e)
+{
+	if (!r || !sdown || !sh || !y)
+		return x4_err_set(e, X4_EINVAL, "x4k_moe_experts_sum: NULL argument");
+	float *h = static_cast<float *>(ws);
+	if (!sum_fits(r, type, f, down, sdown, sdown_type, h, sh)) {
+		/* the three launches: the experts, the shared down into y, the sum in place */
+		const float *out;
+		int rc = x4k_moe_experts(r, type, x, d, f, gate, up, down, ws, ws_bytes, &out, s, e);
+		if (!rc)
+			rc = x4k_gemv(sdown_type, sdown, d, f, sh, y, s, e);
+		return rc ? rc : x4k_moe_reduce(r, out, y, d, y, s, e);
+	}
+	int rc = check_geometry("x4k_moe_experts_sum shared down", sdown_type, sdown, d, f, e);
+	if (!rc)
+		rc = experts(r, type, x, d, f, gate, up, down, ws, ws_bytes, nullptr, false, s, e);
+	if (rc || r->n_tok == 0)
+		return rc;
+	const unsigned blocks = (unsigned)((d + GEMV_WARPS * SUM_ROWS - 1) / (GEMV_WARPS * SUM_ROWS));
+	moe_down_sum_kernel<X4_T_IQ4_NL><<<blocks, GEMV_WARPS * 32, 0, s>>>(
+		*r, d, f, static_cast<const uint8_t *>(down), h, static_cast<const uint8_t *>(sdown), sh, y);
+	return x4_cuda_launched("x4k_moe_experts_sum: down launch", e);
 }
 
 extern "C" int x4k_moe_reduce(const x4k_moe_routes *r, const float *out, const float *shared, int d,

@@ -70,6 +70,40 @@ __device__ __forceinline__ uint32_t iq4_lookup4(uint32_t q)
 	return __byte_perm(lo, hi, 0x3210u | ((q & 0x8888u) >> 1));
 }
 
+/* The codebook + 128 as bytes (codes 0..3, 4..7, 8..11, 12..15) and
+ * 0x4b000000, held in registers: opaque copies (or-ed with a zero the
+ * compiler cannot see through), since a PRMT with two constant operands
+ * costs a register move for one of them at every use. */
+struct iq4_consts {
+	uint32_t t0, t1, t2, t3, e;
+};
+
+__device__ __forceinline__ iq4_consts iq4_consts_of(uint32_t zero)
+{
+	constexpr uint64_t B = 0x8080808080808080ull; /* + 128 on every byte */
+	return { (uint32_t)(X4B_IQ4NL_LO ^ B) | zero, (uint32_t)((X4B_IQ4NL_LO ^ B) >> 32) | zero,
+		 (uint32_t)(X4B_IQ4NL_HI ^ B) | zero, (uint32_t)((X4B_IQ4NL_HI ^ B) >> 32) | zero,
+		 0x4b000000u | zero };
+}
+
+/* Four codes (4-bit fields 0..3 of q) -> their codebook values + 128 as bytes. */
+__device__ __forceinline__ uint32_t iq4_lookup4_biased(uint32_t q, const iq4_consts &k)
+{
+	uint32_t lo = __byte_perm(k.t0, k.t1, q), hi = __byte_perm(k.t2, k.t3, q);
+	return __byte_perm(lo, hi, 0x3210u | ((q & 0x8888u) >> 1));
+}
+
+/* Byte j of w (a code + 128) as the float value of the code, exactly,
+ * without I2F (a quarter-rate conversion: 16 a clock an SM caps IQ4_NL near
+ * 2.3 TB/s on the H200): PRMT puts the byte under the exponent of 2^23 and
+ * one FADD takes 2^23 + 128 off.  e is 0x4b000000 (iq4_consts). */
+__device__ __forceinline__ float biased_val(uint32_t w, uint32_t e, int j)
+{
+	return __fadd_rn(__uint_as_float(__byte_perm(w, e, 0x7540u | j)), -8388736.0f);
+}
+
+template <int J> __device__ __forceinline__ float iq4_val(uint32_t w, uint32_t e) { return biased_val(w, e, J); }
+
 __device__ __forceinline__ uint32_t ld32_2(const uint8_t *p) /* 2-aligned */
 {
 	const uint16_t *h = reinterpret_cast<const uint16_t *>(p);
@@ -128,62 +162,83 @@ __device__ __forceinline__ int xpad(int c) { return c + (c >> 5); }
 template <int TYPE> struct chunk_bytes { enum { N = KC / fmt<TYPE>::BE * fmt<TYPE>::BB }; };
 template <int TYPE> struct stage_bytes { enum { N = ((chunk_bytes<TYPE>::N + 30) / 16) * 16 }; };
 
+/* The 32-value blocks of IQ4_NL and Q8_0 (lane b: block b of the chunk) for
+ * NM staged rows at once: acc[m][v] += (values [0, kc) of p[m]) . xs[v].
+ * Each x value is read once for the NM rows, and every code becomes its
+ * float by biased_val (the IQ4_NL lookup yields code + 128; a Q8_0 byte
+ * xor 0x80 is code + 128), exactly as a conversion would.  Per row the
+ * sum runs in value order on the codes, then is scaled once: the same
+ * operations, in the same order, whatever NM is. */
+template <int TYPE, int NV, int NM>
+__device__ __forceinline__ void chunk_dot_blocks(const uint8_t *const (&p)[NM], int kc, const float *xs,
+						 int lane, float (&acc)[NM][NV])
+{
+	constexpr bool IQ = TYPE == X4_T_IQ4_NL;
+	constexpr int BB = IQ ? 18 : 34, NW = IQ ? 4 : 8; /* block bytes; code words */
+	const int b = lane; /* one 32-value block a lane */
+	if (32 * b >= kc)
+		return;
+	const iq4_consts kq = iq4_consts_of(0u);
+	const float *x = xs + 33 * b;
+	float s[NM][NV];
+#pragma unroll
+	for (int m = 0; m < NM; m++)
+#pragma unroll
+		for (int v = 0; v < NV; v++)
+			s[m][v] = 0.f;
+#pragma unroll
+	for (int i = 0; i < NW; i++) {
+		uint32_t lo[NM], hi[NM];
+#pragma unroll
+		for (int m = 0; m < NM; m++) {
+			const uint32_t w = ld32_2(p[m] + BB * b + 2 + 4 * i);
+			if (IQ) {
+				lo[m] = iq4_lookup4_biased(nibbles4(w, 0), kq);
+				hi[m] = iq4_lookup4_biased(nibbles4(w, 1), kq);
+			} else {
+				lo[m] = w ^ 0x80808080u;
+				hi[m] = 0u;
+			}
+		}
+#pragma unroll
+		for (int j = 0; j < 4; j++)
+#pragma unroll
+			for (int v = 0; v < NV; v++) {
+				const float xl = x[v * XS + 4 * i + j];
+				const float xh = IQ ? x[v * XS + 16 + 4 * i + j] : 0.f;
+#pragma unroll
+				for (int m = 0; m < NM; m++) {
+					s[m][v] = __fmaf_rn(biased_val(lo[m], kq.e, j), xl, s[m][v]);
+					if (IQ)
+						s[m][v] = __fmaf_rn(biased_val(hi[m], kq.e, j), xh, s[m][v]);
+				}
+			}
+	}
+#pragma unroll
+	for (int m = 0; m < NM; m++) {
+		const float d = f16(*reinterpret_cast<const uint16_t *>(p[m] + BB * b));
+#pragma unroll
+		for (int v = 0; v < NV; v++)
+			acc[m][v] = __fmaf_rn(d, s[m][v], acc[m][v]);
+	}
+}
+
 /* acc[v] += (values [0, kc) of the staged chunk at p) . xs[v].  The sum of a
  * block is formed on the integer codes and scaled once. */
 template <int TYPE, int NV>
 __device__ __forceinline__ void chunk_dot(const uint8_t *p, int kc, const float *xs, int lane,
 					  float (&acc)[NV])
 {
-	if constexpr (TYPE == X4_T_IQ4_NL) {
-		const int b = lane; /* one 32-value block a lane */
-		if (32 * b >= kc)
-			return;
-		const uint8_t *q = p + 18 * b;
-		const float d = f16(*reinterpret_cast<const uint16_t *>(q));
-		const float *x = xs + 33 * b;
-		float s[NV];
+	if constexpr (TYPE == X4_T_IQ4_NL || TYPE == X4_T_Q8_0) {
+		const uint8_t *const pp[1] = { p };
+		float a[1][NV];
 #pragma unroll
 		for (int v = 0; v < NV; v++)
-			s[v] = 0.f;
-#pragma unroll
-		for (int i = 0; i < 4; i++) {
-			const uint32_t w = ld32_2(q + 2 + 4 * i);
-			const uint32_t lo = iq4_lookup4(nibbles4(w, 0)), hi = iq4_lookup4(nibbles4(w, 1));
-#pragma unroll
-			for (int j = 0; j < 4; j++)
-#pragma unroll
-				for (int v = 0; v < NV; v++)
-				{
-					s[v] = __fmaf_rn(i8(lo, j), x[v * XS + 4 * i + j], s[v]);
-					s[v] = __fmaf_rn(i8(hi, j), x[v * XS + 16 + 4 * i + j], s[v]);
-				}
-		}
+			a[0][v] = acc[v];
+		chunk_dot_blocks<TYPE, NV, 1>(pp, kc, xs, lane, a);
 #pragma unroll
 		for (int v = 0; v < NV; v++)
-			acc[v] = __fmaf_rn(d, s[v], acc[v]);
-	} else if constexpr (TYPE == X4_T_Q8_0) {
-		const int b = lane; /* one 32-value block a lane */
-		if (32 * b >= kc)
-			return;
-		const uint8_t *q = p + 34 * b;
-		const float d = f16(*reinterpret_cast<const uint16_t *>(q));
-		const float *x = xs + 33 * b;
-		float s[NV];
-#pragma unroll
-		for (int v = 0; v < NV; v++)
-			s[v] = 0.f;
-#pragma unroll
-		for (int i = 0; i < 8; i++) {
-			const uint32_t w = ld32_2(q + 2 + 4 * i);
-#pragma unroll
-			for (int j = 0; j < 4; j++)
-#pragma unroll
-				for (int v = 0; v < NV; v++)
-					s[v] = __fmaf_rn(i8(w, j), x[v * XS + 4 * i + j], s[v]);
-		}
-#pragma unroll
-		for (int v = 0; v < NV; v++)
-			acc[v] = __fmaf_rn(d, s[v], acc[v]);
+			acc[v] = a[0][v];
 	} else if constexpr (TYPE == X4_T_Q6_K) {
 		const int g = lane; /* one 32-value group (one ql/qh quarter) a lane */
 		if (32 * g >= kc)
@@ -196,6 +251,7 @@ __device__ __forceinline__ void chunk_dot(const uint8_t *p, int kc, const float 
 		const float sc0 = (float)(int8_t)q[192 + 8 * hh + 2 * kq];
 		const float sc1 = (float)(int8_t)q[192 + 8 * hh + 2 * kq + 1];
 		const float *x = xs + 33 * g;
+		const iq4_consts kq6 = iq4_consts_of(0u);
 		float s0[NV], s1[NV];
 #pragma unroll
 		for (int v = 0; v < NV; v++)
@@ -204,15 +260,16 @@ __device__ __forceinline__ void chunk_dot(const uint8_t *p, int kc, const float 
 		for (int i = 0; i < 8; i++) {
 			uint32_t c = ((ld32_2(ql + 4 * i) >> sh1) & 0x0F0F0F0Fu) |
 				     (((ld32_2(qh + 4 * i) >> sh2) & 0x03030303u) << 4);
-			c = __vsub4(c, 0x20202020u); /* codes 0..63 -> -32..31 */
+			c += 0x60606060u; /* codes 0..63 (value + 32) -> value + 128, no carry */
 #pragma unroll
 			for (int j = 0; j < 4; j++)
 #pragma unroll
 				for (int v = 0; v < NV; v++) {
+					const float cv = biased_val(c, kq6.e, j);
 					if (i < 4)
-						s0[v] = __fmaf_rn(i8(c, j), x[v * XS + 4 * i + j], s0[v]);
+						s0[v] = __fmaf_rn(cv, x[v * XS + 4 * i + j], s0[v]);
 					else
-						s1[v] = __fmaf_rn(i8(c, j), x[v * XS + 4 * i + j], s1[v]);
+						s1[v] = __fmaf_rn(cv, x[v * XS + 4 * i + j], s1[v]);
 				}
 		}
 #pragma unroll
@@ -232,6 +289,21 @@ __device__ __forceinline__ void chunk_dot(const uint8_t *p, int kc, const float 
 			for (int v = 0; v < NV; v++)
 				acc[v] = __fmaf_rn(w1, xs[v * XS + xc + 1], __fmaf_rn(w0, xs[v * XS + xc], acc[v]));
 		}
+	}
+}
+
+/* chunk_dot for NM staged rows of the same x: the block formats read each
+ * x value once for every row (chunk_dot_blocks); the others row by row. */
+template <int TYPE, int NV, int NM>
+__device__ __forceinline__ void chunk_dot_m(const uint8_t *const (&p)[NM], int kc, const float *xs,
+					    int lane, float (&acc)[NM][NV])
+{
+	if constexpr (TYPE == X4_T_IQ4_NL || TYPE == X4_T_Q8_0) {
+		chunk_dot_blocks<TYPE, NV, NM>(p, kc, xs, lane, acc);
+	} else {
+#pragma unroll
+		for (int m = 0; m < NM; m++)
+			chunk_dot<TYPE, NV>(p[m], kc, xs, lane, acc[m]);
 	}
 }
 
@@ -275,9 +347,7 @@ __device__ __forceinline__ void gemv_block(uint8_t *smem, const uint8_t *const (
 							   w[m] + row_bytes(TYPE, k0),
 							   (int)row_bytes(TYPE, kc), lane);
 		__syncwarp();
-#pragma unroll
-		for (int m = 0; m < NM; m++)
-			chunk_dot<TYPE, NV>(p[m], kc, xs, lane, acc[m]);
+		chunk_dot_m<TYPE, NV, NM>(p, kc, xs, lane, acc);
 		__syncwarp(); /* the staging buffer is rewritten next chunk */
 	}
 #pragma unroll
@@ -417,9 +487,11 @@ __device__ __forceinline__ void gemv_rows(uint8_t *smem, const uint8_t *const (&
 						reinterpret_cast<uint4 *>(stg + s * S::STAGE)[l] = v[s][i];
 				}
 			__syncwarp();
+			const uint8_t *ps[NS];
 #pragma unroll
 			for (int s = 0; s < NS; s++)
-				chunk_dot<TYPE, 1>(stg + s * S::STAGE, kc, xs + xpad(k0), lane, acc[s]);
+				ps[s] = stg + s * S::STAGE;
+			chunk_dot_m<TYPE, 1, NS>(ps, kc, xs + xpad(k0), lane, acc);
 			__syncwarp(); /* the staging buffer is rewritten next chunk */
 		}
 		float sum[NS];
@@ -445,37 +517,6 @@ __device__ __forceinline__ void gemv_rows(uint8_t *smem, const uint8_t *const (&
  * chunk_dot (value order, then the scale), then block after block. */
 
 constexpr int IQ_THREADS = 128; /* a block: (row set, group) a lane */
-
-/* The codebook + 128 as bytes (codes 0..3, 4..7, 8..11, 12..15) and
- * 0x4b000000, held in registers: opaque copies (or-ed with a zero the
- * compiler cannot see through), since a PRMT with two constant operands
- * costs a register move for one of them at every use. */
-struct iq4_consts {
-	uint32_t t0, t1, t2, t3, e;
-};
-
-__device__ __forceinline__ iq4_consts iq4_consts_of(uint32_t zero)
-{
-	constexpr uint64_t B = 0x8080808080808080ull; /* + 128 on every byte */
-	return { (uint32_t)(X4B_IQ4NL_LO ^ B) | zero, (uint32_t)((X4B_IQ4NL_LO ^ B) >> 32) | zero,
-		 (uint32_t)(X4B_IQ4NL_HI ^ B) | zero, (uint32_t)((X4B_IQ4NL_HI ^ B) >> 32) | zero,
-		 0x4b000000u | zero };
-}
-
-/* Four codes (4-bit fields 0..3 of q) -> their codebook values + 128 as bytes. */
-__device__ __forceinline__ uint32_t iq4_lookup4_biased(uint32_t q, const iq4_consts &k)
-{
-	uint32_t lo = __byte_perm(k.t0, k.t1, q), hi = __byte_perm(k.t2, k.t3, q);
-	return __byte_perm(lo, hi, 0x3210u | ((q & 0x8888u) >> 1));
-}
-
-/* Byte j of w (a code + 128) as the float value of the code; e is
- * 0x4b000000 in a register (iq4_consts). */
-template <int J>
-__device__ __forceinline__ float iq4_val(uint32_t w, uint32_t e)
-{
-	return __fadd_rn(__uint_as_float(__byte_perm(w, e, 0x7540u | J)), -8388736.0f);
-}
 
 /* Bytes [b, b + 4) of the 144-byte group held in W[36] (b even; a
  * constant once the loops are unrolled, so W stays in registers). */

@@ -190,6 +190,18 @@ int x4k_moe_experts(const x4k_moe_routes *r, int type, const float *x, int d, in
 		    const void *gate, const void *up, const void *down, void *ws,
 		    size_t ws_bytes, const float **out, cudaStream_t s, x4_err *e);
 
+/* One token's MoE output in two launches at the batch-1 step: the experts'
+ * gate and up, then y = sum over the slots in ascending expert id of wts *
+ * (down of the route's h), + the shared expert's down of sh ([f], its type
+ * sdown_type, [d][f]), every product and the sum as x4k_moe_experts, x4k_gemv
+ * and x4k_moe_reduce form them (the same bits); shapes it does not take
+ * (more tokens or routes, other types, f > 1024) run as those three.
+ * y: [d].  ws as x4k_moe_experts'. */
+int x4k_moe_experts_sum(const x4k_moe_routes *r, int type, const float *x, int d, int f,
+			const void *gate, const void *up, const void *down, int sdown_type,
+			const void *sdown, const float *sh, void *ws, size_t ws_bytes, float *y,
+			cudaStream_t s, x4_err *e);
+
 /* y[t] = sum over t's k slots, taken in ascending expert id (docs/forward.md 7.3), of
  * wts * out[t*k+s], then + shared[t] (optional, [n_tok][d]).  The order
  * depends on the expert ids only, never on the route table's permutation,

@@ -215,7 +215,8 @@ static int mla(const fwd *f, int b)
 }
 
 /* down(silu(gate x) * up x), the product fp32 (docs/numerics.md 1.4), into out; cls
- * is the profiler's class (dense FFN or shared expert). */
+ * is the profiler's class (dense FFN or shared expert).  hd NULL: only the
+ * product, left in w->h. */
 static int swiglu_ffn(const fwd *f, int cls, const x4_gguf_tensor *hg, const void *dg,
 		      const x4_gguf_tensor *hu, const void *du, const x4_gguf_tensor *hd,
 		      const void *dd, float *out)
@@ -234,7 +235,7 @@ static int swiglu_ffn(const fwd *f, int cls, const x4_gguf_tensor *hg, const voi
 		   !(rc = mm(f, hu, du, w->xh, w->u)) && !(rc = mark(f, cls, "ffn_swiglu", 0))) {
 		rc = x4k_swiglu((int64_t)f->T * (int64_t)hg->ne[1], w->g, w->u, w->h, f->s, f->e);
 	}
-	if (rc)
+	if (rc || !hd)
 		return rc;
 	mark(f, cls, "ffn_down", hd->nbytes);
 	return mm(f, hd, dd, w->h, out);
@@ -264,13 +265,28 @@ static int moe(const fwd *f, int b, x4k_moe_routes *r)
 	if (rc || (rc = mark2(f, X4_PC_ROUTER, "moe_router", hw->ffn_gate_inp->nbytes,
 			      hw->exp_probs_b->nbytes)) ||
 	    (rc = x4k_moe_router_table(r, w->xh, c->n_embd, d->ffn_gate_inp, d->exp_probs_b,
-				       c->expert_scale, c->expert_norm, f->s, f->e)) ||
-	    (rc = mark2(f, X4_PC_EXPERTS, "moe_experts", gu, dn)) ||
+				       c->expert_scale, c->expert_norm, f->s, f->e)))
+		return rc;
+	bool sh = hw->ffn_gate_shexp != NULL;
+	if (T == 1 && sh) {
+		/* the batch-1 step: the shared expert's product, then the experts
+		 * with both downs and the sum in one launch (x4k_moe_experts_sum) */
+		const x4_gguf_tensor *sd = hw->ffn_down_shexp;
+		if ((rc = swiglu_ffn(f, X4_PC_SHARED, hw->ffn_gate_shexp, d->ffn_gate_shexp,
+				     hw->ffn_up_shexp, d->ffn_up_shexp, NULL, NULL, NULL)))
+			return rc;
+		mark2(f, X4_PC_EXPERTS, "moe_experts_sum", gu,
+		      dn == X4_PROF_UNKNOWN ? dn : dn + sd->nbytes);
+		return x4k_moe_experts_sum(r, hw->ffn_gate_exps->type, w->xh, c->n_embd, c->n_ff_exp,
+					   d->ffn_gate_exps, d->ffn_up_exps, d->ffn_down_exps, sd->type,
+					   d->ffn_down_shexp, w->h, w->exp_ws, w->exp_ws_bytes, w->y,
+					   f->s, f->e);
+	}
+	if ((rc = mark2(f, X4_PC_EXPERTS, "moe_experts", gu, dn)) ||
 	    (rc = x4k_moe_experts(r, hw->ffn_gate_exps->type, w->xh, c->n_embd, c->n_ff_exp,
 				  d->ffn_gate_exps, d->ffn_up_exps, d->ffn_down_exps, w->exp_ws,
 				  w->exp_ws_bytes, &out, f->s, f->e)))
 		return rc;
-	bool sh = hw->ffn_gate_shexp != NULL;
 	if (sh && (rc = swiglu_ffn(f, X4_PC_SHARED, hw->ffn_gate_shexp, d->ffn_gate_shexp,
 				   hw->ffn_up_shexp, d->ffn_up_shexp, hw->ffn_down_shexp,
 				   d->ffn_down_shexp, w->shared)))

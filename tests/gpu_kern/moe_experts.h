@@ -177,6 +177,63 @@ out:
 	free(x), free(sh), free(sel), free(wts), free(ref), free(mag), free(y1), free(y2);
 }
 
+/* x4k_moe_experts_sum (one token: the experts and both downs summed in the
+ * fused down kernel where it applies, else three launches) against the
+ * three launches it stands for, x4k_moe_experts + x4k_gemv of the shared
+ * down + x4k_moe_reduce, which test_experts checks against the reference:
+ * the same bits, on every run. */
+static void test_experts_sum(const char *label, const struct moe_w *w, int k, uint64_t seed)
+{
+	int d = w->d, f = w->f, E = w->n_expert;
+	char cas[200], name[96];
+	snprintf(cas, sizeof cas, "op moe_experts sum type %s d %d f %d experts %d k %d seed %llu",
+		 x4_type_name(w->type), d, f, E, k, (unsigned long long)seed);
+	snprintf(name, sizeof name, "moe experts sum %s %s bit-identical to three launches",
+		 x4_type_name(w->type), label);
+	if (!t_want("moe_experts", cas))
+		return;
+	rng_seed(seed);
+	size_t sb = x4_type_bytes(w->type, (uint64_t)d * f);
+	uint8_t *sdn = hmalloc(sb);
+	fill_weights(w->type, sdn, (size_t)d, f);
+	float *x = hmalloc((size_t)d * 4), *shh = hmalloc((size_t)f * 4), *wts = hmalloc((size_t)k * 4);
+	int32_t *sel = hmalloc((size_t)k * 4);
+	fill_x(x, (size_t)d);
+	fill_x(shh, (size_t)f);
+	random_routes(1, k, E, -1, sel, wts);
+	float *y1 = hmalloc((size_t)d * 4), *y2 = hmalloc((size_t)d * 4), *y3 = hmalloc((size_t)d * 4);
+	x4k_moe_routes r;
+	size_t rb = x4k_moe_routes_bytes(1, k, E, 4), eb = x4k_moe_experts_workspace_bytes(1, k, d, f);
+	void *rws = dalloc(rb), *ews = dalloc(eb), *dsdn = dput(sdn, sb);
+	float *dx = dput(x, (size_t)d * 4), *dsh = dput(shh, (size_t)f * 4);
+	float *dshared = dalloc((size_t)d * 4), *dy = dalloc((size_t)d * 4);
+	const float *out;
+	int rc = x4k_moe_routes_init(&r, rws, rb, 1, k, E, 4, &err) ||
+		 x4_dev_upload(r.sel, sel, (size_t)k * 4, "sel", &err) ||
+		 x4_dev_upload(r.wts, wts, (size_t)k * 4, "wts", &err) ||
+		 x4k_moe_route_table(&r, st, &err) ||
+		 x4k_moe_experts(&r, w->type, dx, d, f, w->dg, w->du, w->ddn, ews, eb, &out, st, &err) ||
+		 x4k_gemv(w->type, dsdn, d, f, dsh, dshared, st, &err) ||
+		 x4k_moe_reduce(&r, out, dshared, d, dy, st, &err) ||
+		 x4_cuda_check(cudaStreamSynchronize(st), "three launches", &err);
+	if (!rc)
+		dget(y1, dy, (size_t)d * 4);
+	for (int run = 0; !rc && run < 2; run++) {
+		poison(ews, eb);
+		poison(dy, (size_t)d * 4);
+		rc = x4k_moe_experts_sum(&r, w->type, dx, d, f, w->dg, w->du, w->ddn, w->type, dsdn, dsh,
+					 ews, eb, dy, st, &err) ||
+		     x4_cuda_check(cudaStreamSynchronize(st), "x4k_moe_experts_sum", &err);
+		if (!rc)
+			dget(run ? y3 : y2, dy, (size_t)d * 4);
+	}
+	T_OK(!rc && !memcmp(y1, y2, (size_t)d * 4) && !memcmp(y2, y3, (size_t)d * 4), name, "%s: %s",
+	     cas, rc ? err.msg : "outputs differ");
+	x4_dev_free(rws), x4_dev_free(ews), x4_dev_free(dsdn), x4_dev_free(dx), x4_dev_free(dsh);
+	x4_dev_free(dshared), x4_dev_free(dy);
+	free(sdn), free(x), free(shh), free(wts), free(sel), free(y1), free(y2), free(y3);
+}
+
 /* Tiles of one route take the row-staged gemv core where the rows are
  * 16-byte aligned (k % 256 == 0) and fit its registers (moe_experts.cu):
  * every one-token case below and the tiles of one route among several
@@ -224,7 +281,20 @@ static void test_moe_experts(void)
 	test_experts("model decode", &full_w, 3, 4, 1, 7, 87);
 	test_experts("model prefill", &full_w, 70, 4, 64, 9, 74);
 	test_experts("model prefill", &full_w, 70, 4, 4, 9, 75);
+	test_experts_sum("model", &full_w, 4, 98);
+	test_experts_sum("model, 3 routes", &full_w, 3, 99);
 	moe_w_free(&full_w);
+	/* the fused down at a small odd size (d 200: the last block's second
+	 * warp holds half a row pair) and where it does not apply (f 160) */
+	{
+		struct moe_w a;
+		moe_w_make(&a, X4_T_IQ4_NL, 200, 256, 5, 100);
+		test_experts_sum("tiny", &a, 2, 101);
+		moe_w_free(&a);
+		moe_w_make(&a, X4_T_IQ4_NL, 96, 160, 6, 102);
+		test_experts_sum("tiny, three launches", &a, 2, 103);
+		moe_w_free(&a);
+	}
 
 	/* larger: f 2048 (down 3 rows a warp, 24 a block: 3584 ends inside
 	 * block 150), top-8 of 16; and d 4096, gate/up on the chunked core */
@@ -246,6 +316,7 @@ static void test_moe_experts(void)
 	test_experts("model decode", &q8, 1, 4, 4, -1, 80);
 	test_experts("model mixed tiles", &q8, 5, 4, 4, 7, 95);
 	test_experts("model prefill", &q8, 70, 4, 64, 9, 81);
+	test_experts_sum("model, three launches", &q8, 4, 104);
 	moe_w_free(&q8);
 	test_shape("larger decode", X4_T_Q8_0, 3584, 2048, 16, 96, 1, 8, 4, -1, 97);
 }
