@@ -2,7 +2,7 @@
  * trunk_cpu.c - the CPU reference trunk's frame: the thread pool, the
  * latent KV cache, the YaRN table, the checks a forward makes before any
  * work, and the choice between the float and double instances of the one
- * forward pass in lib/trunk_cpu_tmpl.h.
+ * forward pass in lib/cpu/trunk_cpu_tmpl.h.
  */
 #include "trunk_int.h"
 #include "blockfmt.h"
@@ -305,7 +305,7 @@ void x4_trunk_cpu_set_probe(x4_trunk_cpu *t, x4_probe_fn fn, void *ctx)
 int x4_trunk_cpu_forward(x4_trunk_cpu *t, const int32_t *ids, int n, float *logits,
 			 bool all_logits, x4_err *e)
 {
-	/* The arguments were checked by lib/trunk.c. */
+	/* The arguments were checked by lib/run/trunk.c. */
 	if (t->o.prec == X4_PREC_F64)
 		x4_cpu_forward_f64(t, ids, n, logits, all_logits);
 	else
