@@ -13,6 +13,7 @@
  * norm).
  */
 #include "x4_int.h"
+#include "blockfmt.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -49,6 +50,7 @@ struct plan {
 	float sigma;
 	int block;
 	bool experts;      /* a 3-D expert stack: row / ne[1] is the expert */
+	uint64_t block_elems; /* values a block of the type (lib/blockfmt.h) */
 	uint64_t row_elems, row_bytes, rows, rows_per_chunk;
 	uint64_t first_chunk, n_chunks;
 };
@@ -145,8 +147,9 @@ static void plan_tensor(const x4_config *c, const x4_tensor_spec *t, struct plan
 		p->kind = K_BIAS;
 	}
 	p->experts = t->n_dims == 3 && ends_with(rest, "_exps.weight");
+	p->block_elems = (uint64_t)x4b_block_elems(t->type);
 	p->row_elems = t->ne[0];
-	p->row_bytes = x4_type_bytes(t->type, t->ne[0]);
+	p->row_bytes = x4b_row_bytes(t->type, t->ne[0]);
 	p->rows = t->ne[1] * t->ne[2] * t->ne[3];
 	p->rows_per_chunk = X4_MAX(1, CHUNK_BYTES / p->row_bytes);
 	p->n_chunks = (p->rows + p->rows_per_chunk - 1) / p->rows_per_chunk;
@@ -173,9 +176,12 @@ static void put_f16(unsigned char *q, float v)
 	q[1] = (unsigned char)(h >> 8);
 }
 
+/* Each draw_* writes n_blocks whole blocks of its type, a block's bytes as
+ * lib/blockfmt.h lays them out (its table gives the stride). */
 static void draw_iq4(rng *r, float sigma, uint64_t n_blocks, unsigned char *q)
 {
-	for (uint64_t b = 0; b < n_blocks; b++, q += 18) {
+	const int bb = x4b_block_bytes(X4_T_IQ4_NL); /* fp16 d, 16 bytes of codes */
+	for (uint64_t b = 0; b < n_blocks; b++, q += bb) {
 		uint64_t x = next(r);
 		/* jitter in [0.75, 1.25]; a random sign cancels the codebook's
 		 * -5.9 mean, which would otherwise be a shared rank-1 term */
@@ -189,12 +195,13 @@ static void draw_iq4(rng *r, float sigma, uint64_t n_blocks, unsigned char *q)
 
 static void draw_q8(rng *r, float sigma, uint64_t n_blocks, unsigned char *q)
 {
-	for (uint64_t b = 0; b < n_blocks; b++, q += 34) {
+	const int bb = x4b_block_bytes(X4_T_Q8_0), be = x4b_block_elems(X4_T_Q8_0);
+	for (uint64_t b = 0; b < n_blocks; b++, q += bb) {
 		uint64_t x = next(r);
 		/* jitter and sign as draw_iq4's; uniform int8 codes (mean -0.5) */
 		float d = sigma / Q8_RMS * (0.75f + 0.5f * (float)(x >> 40) * (1.0f / 16777216.0f));
 		put_f16(q, (x & 1) ? -d : d);
-		for (int i = 0; i < 32; i += 8) {
+		for (int i = 0; i < be; i += 8) { /* fp16 d, then one int8 code a value */
 			uint64_t c = next(r);
 			memcpy(q + 2 + i, &c, 8);
 		}
@@ -203,7 +210,8 @@ static void draw_q8(rng *r, float sigma, uint64_t n_blocks, unsigned char *q)
 
 static void draw_q6k(rng *r, float sigma, uint64_t n_blocks, unsigned char *q)
 {
-	for (uint64_t b = 0; b < n_blocks; b++, q += 210) {
+	const int bb = x4b_block_bytes(X4_T_Q6_K);
+	for (uint64_t b = 0; b < n_blocks; b++, q += bb) {
 		for (int i = 0; i < 192; i += 8) { /* ql[128], qh[64]: uniform 6-bit codes */
 			uint64_t x = next(r);
 			memcpy(q + i, &x, 8);
@@ -283,13 +291,13 @@ static int draw_chunk(struct job *j, int ti, uint64_t chunk, unsigned char *buf,
 		uint64_t row = row0 + k, n = p->row_elems;
 		switch (p->kind) {
 		case K_IQ4:
-			draw_iq4(&r, p->sigma * loud_factor(j, p, t, row), n / 32, q);
+			draw_iq4(&r, p->sigma * loud_factor(j, p, t, row), n / p->block_elems, q);
 			break;
 		case K_Q6K:
-			draw_q6k(&r, p->sigma, n / 256, q);
+			draw_q6k(&r, p->sigma, n / p->block_elems, q);
 			break;
 		case K_Q8:
-			draw_q8(&r, p->sigma * loud_factor(j, p, t, row), n / 32, q);
+			draw_q8(&r, p->sigma * loud_factor(j, p, t, row), n / p->block_elems, q);
 			break;
 		case K_BF16:
 			for (uint64_t i = 0; i < n; i += 2) {
