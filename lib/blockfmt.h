@@ -190,8 +190,9 @@ X4B_FN void x4b_decode_q4k(const uint8_t *b, float *y)
 }
 
 /* n values (a multiple of the type's block) of a row of any type above;
- * the caller has checked the type and n. */
-X4B_FN void x4b_decode_row(int type, const void *src, float *y, uint64_t n)
+ * the caller has checked n.  0, or X4_EINVAL for a type this switch has no
+ * case for (a format added to the table but not here), y then untouched. */
+X4B_FN int x4b_decode_row(int type, const void *src, float *y, uint64_t n)
 {
 	const uint8_t *b = (const uint8_t *)src;
 	const uint64_t be = (uint64_t)x4b_block_elems(type), bb = (uint64_t)x4b_block_bytes(type);
@@ -225,8 +226,9 @@ X4B_FN void x4b_decode_row(int type, const void *src, float *y, uint64_t n)
 			x4b_decode_iq4nl(b, y + i);
 		break;
 	default:
-		break;
+		return X4_EINVAL;
 	}
+	return 0;
 }
 
 #endif

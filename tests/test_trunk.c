@@ -152,6 +152,14 @@ static void test_dequant_row(void)
 		free(a);
 		free(b);
 	}
+	/* A type without a decode gives NaNs, not what the row held before. */
+	float y[32] = { 0 };
+	uint8_t z[64] = { 0 };
+	x4_cpu_dequant_row(2, z, y, 32); /* Q4_0: not in the table */
+	int nans = 0;
+	for (int i = 0; i < 32; i++)
+		nans += isnan(y[i]) != 0;
+	T_OK(nans == 32, "row dequant of an unknown type is NaN (Q4_0)", "%d of 32 NaN", nans);
 }
 
 static void test_router(void)

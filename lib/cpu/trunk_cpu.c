@@ -148,13 +148,18 @@ void x4_pool_run(x4_pool *p, int64_t n, void (*fn)(void *, int64_t, int), void *
 
 /* A weight row to float: lib/blockfmt.h's decode (x4_dequant's values, bit
  * for bit), compiled here with the vectorizer on: one call a weight row is
- * the CPU trunk's inner loop. */
+ * the CPU trunk's inner loop.  The binding admitted only the types of each
+ * tensor's role; a type without a decode (a format added to the table but
+ * not to x4b_decode_row) gives NaNs, which reach the logits (the
+ * generation's check refuses them, X4_ENUMERIC), not the last row's values. */
 #if defined(__GNUC__) && !defined(__clang__)
 __attribute__((optimize("tree-vectorize")))
 #endif
 void x4_cpu_dequant_row(int type, const void *src, float *y, uint64_t n)
 {
-	x4b_decode_row(type, src, y, n);
+	if (x4b_decode_row(type, src, y, n))
+		for (uint64_t i = 0; i < n; i++)
+			y[i] = NAN;
 }
 
 /* ---- YaRN ---- */

@@ -116,7 +116,9 @@ static bool ends_with(const char *s, const char *suffix)
 	return n >= m && memcmp(s + n - m, suffix, m) == 0;
 }
 
-static void plan_tensor(const x4_config *c, const x4_tensor_spec *t, struct plan *p)
+/* 0, or X4_EINVAL for a tensor of a type x4 has no generator for, or a
+ * control tensor (a norm's gain, a gate's bias) that is not F32. */
+static int plan_tensor(const x4_config *c, const x4_tensor_spec *t, struct plan *p, x4_err *e)
 {
 	const char *rest = t->name;
 	if (t->block >= 0 && strncmp(rest, "blk.", 4) == 0) {
@@ -125,8 +127,18 @@ static void plan_tensor(const x4_config *c, const x4_tensor_spec *t, struct plan
 	}
 	memset(p, 0, sizeof *p);
 	p->block = t->block;
-	p->kind = t->type == X4_T_BF16 ? K_BF16 : t->type == X4_T_IQ4_NL ? K_IQ4 :
-		  t->type == X4_T_Q6_K ? K_Q6K : t->type == X4_T_Q8_0 ? K_Q8 : K_F32;
+	switch (t->type) {
+	case X4_T_F32: p->kind = K_F32; break;
+	case X4_T_BF16: p->kind = K_BF16; break;
+	case X4_T_IQ4_NL: p->kind = K_IQ4; break;
+	case X4_T_Q6_K: p->kind = K_Q6K; break;
+	case X4_T_Q8_0: p->kind = K_Q8; break;
+	default:
+		return x4_err_set(e, X4_EINVAL, "synth: tensor %s is of type %d (%s), which x4 "
+				  "has no weight generator for", t->name, t->type,
+				  x4_type_name(t->type));
+	}
+	const int by_type = p->kind;
 	p->sigma = 1.0f / sqrtf((float)t->ne[0]);
 	if (strcmp(rest, "token_embd.weight") == 0 || strcmp(rest, "nextn.embed_tokens.weight") == 0) {
 		p->sigma = 1.0f; /* embedding rows O(1); the streams start from them */
@@ -146,6 +158,11 @@ static void plan_tensor(const x4_config *c, const x4_tensor_spec *t, struct plan
 	} else if (strcmp(rest, "exp_probs_b.bias") == 0) {
 		p->kind = K_BIAS;
 	}
+	/* A kind chosen by the name is a control tensor's, written as F32
+	 * values (draw_chunk's default). */
+	if (p->kind != by_type && t->type != X4_T_F32)
+		return x4_err_set(e, X4_EINVAL, "synth: tensor %s is of type %s, but its values "
+				  "are drawn as F32", t->name, x4_type_name(t->type));
 	p->experts = t->n_dims == 3 && ends_with(rest, "_exps.weight");
 	p->block_elems = (uint64_t)x4b_block_elems(t->type);
 	p->row_elems = t->ne[0];
@@ -154,6 +171,7 @@ static void plan_tensor(const x4_config *c, const x4_tensor_spec *t, struct plan
 	p->rows_per_chunk = X4_MAX(1, CHUNK_BYTES / p->row_bytes);
 	p->n_chunks = (p->rows + p->rows_per_chunk - 1) / p->rows_per_chunk;
 	(void)c;
+	return 0;
 }
 
 /* The --loud factor for row `row` of tensor p, 1 if none. */
@@ -381,7 +399,11 @@ int x4_synth_weights(x4_gguf_writer *w, const x4_config *c, const x4_tensor_spec
 	if (!j.p)
 		return X4_ENOMEM;
 	for (int i = 0; i < n; i++) {
-		plan_tensor(c, &t[i], &j.p[i]);
+		int rc = plan_tensor(c, &t[i], &j.p[i], e);
+		if (rc) {
+			free(j.p);
+			return rc;
+		}
 		j.p[i].first_chunk = j.n_chunks;
 		j.n_chunks += j.p[i].n_chunks;
 		j.total += j.p[i].rows * j.p[i].row_bytes;
