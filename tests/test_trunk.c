@@ -273,15 +273,6 @@ static void test_sampler(void)
 
 static int kv_mode;
 
-static int argmax(const float *l, int n)
-{
-	int b = 0;
-	for (int i = 1; i < n; i++)
-		if (l[i] > l[b])
-			b = i;
-	return b;
-}
-
 struct probe_count {
 	int n, last_block, finite;
 };
@@ -338,7 +329,7 @@ static void test_model_trunk(void)
 		rc = x4_trunk_forward(t64, ids, NP, l64, true, &e);
 		rc |= x4_trunk_forward(t32, ids, NP, l32, true, &e);
 		for (int i = 0; i < ND && rc == 0; i++) {
-			ids[NP + i] = argmax(l64 + (size_t)(NP + i - 1) * V, V);
+			ids[NP + i] = x4r_argmax(V, l64 + (size_t)(NP + i - 1) * V);
 			rc |= x4_trunk_forward(t64, ids + NP + i, 1, l64 + (size_t)(NP + i) * V, false, &e);
 			rc |= x4_trunk_forward(t32, ids + NP + i, 1, l32 + (size_t)(NP + i) * V, false, &e);
 		}
@@ -352,7 +343,7 @@ static void test_model_trunk(void)
 				worst = r;
 				worst_at = i;
 			}
-			agree += argmax(l32 + (size_t)i * V, V) == argmax(l64 + (size_t)i * V, V);
+			agree += x4r_argmax(V, l32 + (size_t)i * V) == x4r_argmax(V, l64 + (size_t)i * V);
 		}
 		const char *name = pass ? "f32 vs f64 logits, fp16 cache values (32 + 16 decoded)"
 					: "f32 vs f64 logits, exact caches (32 + 16 decoded)";
