@@ -105,7 +105,8 @@ int x4_dequant(int type, const void *src, float *dst, uint64_t n, x4_err *e);
  * (X4_EINVAL). */
 int x4_quant(int type, const float *src, void *dst, uint64_t n, x4_err *e);
 
-/* The IQ4_NL codebook, for kernels and the synthetic writer. */
+/* The IQ4_NL codebook (lib/blockfmt.h's), for the quantizer and the tests;
+ * the kernels take blockfmt.h's packed copy. */
 extern const int8_t x4_iq4nl_values[16];
 
 /* ===================== 3. GGUF reader and writer ===================== */
