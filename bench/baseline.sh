@@ -2,8 +2,9 @@
 # baseline.sh - the first figures of the CUDA trunk (issue 4, deliverable 6):
 # load time and resident bytes, prefill tokens/s at 512 and 4096 prompt
 # tokens, decode tokens/s at 512 and 4096 tokens of context (the first step
-# apart from the steady rate: the median step after the first, record
-# section 6), each configuration in one process, 3 times, the median kept.
+# apart from the steady rate: the median step after the first,
+# docs/record.md 6), each configuration in one process, 3 times, the median
+# kept.
 #
 # Usage, from the tree's root on the GPU machine, after
 #   bin/x4-synth --preset full --seed 1 -o DIR

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# cards.sh - the record's section 8 measurement: one process a card, all on
+# cards.sh - the measurement of docs/record.md 8: one process a card, all on
 # the same prompt at once, against the first card alone.  Each repeat runs
 # the first device alone and all the devices together (one x4-run a device,
 # started at once), in the order alone-together, then together-alone, so

@@ -71,7 +71,7 @@ X4B_CFN uint64_t x4b_row_bytes(int type, uint64_t n)
 	return be && n % be == 0 ? n / be * (uint64_t)x4b_block_bytes(type) : 0;
 }
 
-/* ---- the IQ4_NL codebook (docs/gguf.md 3.3), codes 0..7 and 8..15 ---- */
+/* ---- the IQ4_NL codebook (docs/gguf.md 3.5), codes 0..7 and 8..15 ---- */
 
 #define X4B_IQ4NL_CODES_LO -127, -104, -83, -65, -49, -35, -22, -10
 #define X4B_IQ4NL_CODES_HI 1, 13, 25, 38, 53, 69, 89, 113
@@ -84,12 +84,6 @@ X4B_CFN uint64_t x4b_row_bytes(int type, uint64_t n)
 #define X4B_PACK8(...) X4B_PACK8_(__VA_ARGS__)
 #define X4B_IQ4NL_LO X4B_PACK8(X4B_IQ4NL_CODES_LO)
 #define X4B_IQ4NL_HI X4B_PACK8(X4B_IQ4NL_CODES_HI)
-
-X4B_FN int x4b_iq4nl_value(int code)
-{
-	const uint64_t half = (code & 8) ? X4B_IQ4NL_HI : X4B_IQ4NL_LO;
-	return (int8_t)(uint8_t)(half >> (8 * (code & 7)));
-}
 
 /* ---- scalars ---- */
 
@@ -137,18 +131,12 @@ X4B_FN void x4b_decode_q8_0(const uint8_t *b, float *y)
 X4B_FN void x4b_decode_iq4nl(const uint8_t *b, float *y)
 {
 	const float d = x4b_f16_at(b);
-#ifdef __CUDA_ARCH__
-	for (int j = 0; j < 16; j++) {
-		y[j] = d * (float)x4b_iq4nl_value(b[2 + j] & 15);
-		y[j + 16] = d * (float)x4b_iq4nl_value(b[2 + j] >> 4);
-	}
-#else /* the same values from a float table: the CPU trunk's inner loop */
+	/* the codebook as floats: the CPU trunk's inner loop */
 	static const float k[16] = { X4B_IQ4NL_CODES_LO, X4B_IQ4NL_CODES_HI };
 	for (int j = 0; j < 16; j++) {
 		y[j] = d * k[b[2 + j] & 15];
 		y[j + 16] = d * k[b[2 + j] >> 4];
 	}
-#endif
 }
 
 /* Q6_K: ql[128] (low 4 bits), qh[64] (high 2 bits), 16 int8 scales, fp16 d.
@@ -202,8 +190,9 @@ X4B_FN void x4b_decode_q4k(const uint8_t *b, float *y)
 }
 
 /* n values (a multiple of the type's block) of a row of any type above;
- * the caller has checked the type and n. */
-X4B_FN void x4b_decode_row(int type, const void *src, float *y, uint64_t n)
+ * the caller has checked n.  0, or X4_EINVAL for a type this switch has no
+ * case for (a format added to the table but not here), y then untouched. */
+X4B_FN int x4b_decode_row(int type, const void *src, float *y, uint64_t n)
 {
 	const uint8_t *b = (const uint8_t *)src;
 	const uint64_t be = (uint64_t)x4b_block_elems(type), bb = (uint64_t)x4b_block_bytes(type);
@@ -237,8 +226,9 @@ X4B_FN void x4b_decode_row(int type, const void *src, float *y, uint64_t n)
 			x4b_decode_iq4nl(b, y + i);
 		break;
 	default:
-		break;
+		return X4_EINVAL;
 	}
+	return 0;
 }
 
 #endif

@@ -1,5 +1,5 @@
 /*
- * tok_int.h - what lib/tok/spm.c, lib/tok*.c and lib/tok/chat.c share: the embedded
+ * tok_int.h - what lib/tok/spm.c, lib/tok/tok*.c and lib/tok/chat.c share: the embedded
  * Mistral v3 model, the parts of SentencePiece's ModelProto x4 reads, and
  * the tokenizer's tables.
  */

@@ -185,7 +185,7 @@ typedef struct x4_cache_key {
 } x4_cache_key;
 void x4_trunk_cache_key(const x4_trunk *t, x4_cache_key *k);
 
-/* For lib/session.c.  Restore into t (reset first, always) the longest
+/* For lib/run/session.c.  Restore into t (reset first, always) the longest
  * prefix of ids[0, n) that an entry with t's key holds, at most max
  * positions; *restored gets how many (0: a miss, and t is only reset).
  * Counts the hit or the miss. */

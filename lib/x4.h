@@ -14,7 +14,7 @@
  *   2. block formats           (lib/quant/quant.c)
  *   3. GGUF reader and writer  (lib/gguf/gguf.c, lib/gguf/gguf_get.c, lib/gguf/gguf_write.c)
  *   4. model config, binding   (lib/model/model.c)
- *   5. tokenizer and chat      (lib/tok*.c, lib/tok/spm.c, lib/tok/chat.c)
+ *   5. tokenizer and chat      (lib/tok/tok*.c, lib/tok/spm.c, lib/tok/chat.c)
  *   6. trunk (CPU and CUDA)    (lib/cpu/trunk_cpu.c, lib/cuda/trunk_cuda.c)
  *  6b. the memory plan         (lib/cuda/mem_plan.c)
  *   7. sampling                (lib/run/sample.c)
@@ -22,7 +22,7 @@
  *  7c. the prefix store        (lib/run/prefix.c)
  *   8. utilities               (lib/util/util.c)
  *   9. npy writer, MoE replay  (lib/util/npy.c, lib/model/replay.c)
- *  10. profiling              (lib/prof*.c, lib/prof/trace.c)
+ *  10. profiling              (lib/prof/prof*.c, lib/prof/trace.c)
  */
 #ifndef X4_H
 #define X4_H
@@ -105,7 +105,8 @@ int x4_dequant(int type, const void *src, float *dst, uint64_t n, x4_err *e);
  * (X4_EINVAL). */
 int x4_quant(int type, const float *src, void *dst, uint64_t n, x4_err *e);
 
-/* The IQ4_NL codebook, for kernels and the synthetic writer. */
+/* The IQ4_NL codebook (lib/blockfmt.h's), for the quantizer and the tests;
+ * the kernels take blockfmt.h's packed copy. */
 extern const int8_t x4_iq4nl_values[16];
 
 /* ===================== 3. GGUF reader and writer ===================== */

@@ -363,7 +363,7 @@ void x4r_embed(const uint16_t *emb, int n_vocab, int D, int n_hc, const int32_t 
 	       int n_tok, float *H);
 void x4r_rmsnorm(int n_tok, int n, const float *x, int ld_x, const float *gain, float eps,
 		 float *y, int ld_y);
-/* x4k_narrow's reference (dtype 1 bf16, 2 fp16), through lib/quant.c. */
+/* x4k_narrow's reference (dtype 1 bf16, 2 fp16), through lib/quant/quant.c. */
 void x4r_narrow(int64_t n, float *x, int dtype);
 void x4r_head(int n_tok, int n_hc, int D, const float *H, const float *gain, float eps,
 	      float *y);

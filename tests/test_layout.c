@@ -216,10 +216,66 @@ static void test_round_trip(void)
 	unlink(path);
 }
 
+/* x4_synth_weights over the tiny layout with tensor `name` given `type`:
+ * its return code, e filled. */
+static int synth_retyped(const char *path, const char *name, int type, x4_err *e)
+{
+	x4_config c;
+	x4_tensor_spec *t;
+	int n, rc;
+	if ((rc = x4_config_preset("tiny", &c, e)) || (rc = x4_layout(&c, &t, &n, e)))
+		return rc;
+	for (int i = 0; i < n; i++)
+		if (strcmp(t[i].name, name) == 0)
+			t[i].type = type;
+	x4_gguf_writer *w;
+	if ((rc = x4_gguf_writer_open(&w, path, e))) {
+		free(t);
+		return rc;
+	}
+	for (int i = 0; i < n; i++)
+		x4_gguf_writer_tensor(w, t[i].name, t[i].type, t[i].n_dims, t[i].ne);
+	x4_synth_opts o = { .seed = 1, .threads = 1 };
+	if (!(rc = x4_gguf_writer_begin_data(w, e)))
+		rc = x4_synth_weights(w, &c, t, n, &o, e);
+	x4_gguf_writer_abort(w);
+	free(t);
+	return rc;
+}
+
+/* The synthetic writer refuses a type it has no generator for, or a
+ * control tensor it would write as F32 in a narrower type, before it
+ * writes a byte (it used to draw any other type as F32 values). */
+static void test_synth_types(void)
+{
+	char path[64];
+	snprintf(path, sizeof path, "/tmp/x4_test_synth.%d.gguf", (int)getpid());
+	static const struct {
+		const char *tensor;
+		int type;
+		const char *want, *name;
+	} cases[] = {
+		{ "token_embd.weight", X4_T_F16, "(F16)", "synth_refuses_type F16 token_embd" },
+		{ "output.weight", X4_T_Q4_K, "(Q4_K)", "synth_refuses_type Q4_K output" },
+		{ "output_norm.weight", X4_T_BF16, "drawn as F32", "synth_refuses_type BF16 output_norm" },
+	};
+	for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+		x4_err e = { 0 };
+		int rc = synth_retyped(path, cases[k].tensor, cases[k].type, &e);
+		T_OK(rc == X4_EINVAL && strstr(e.msg, cases[k].tensor) && strstr(e.msg, cases[k].want),
+		     cases[k].name, "rc %d: %s", rc, e.msg);
+	}
+	x4_err e = { 0 };
+	int rc = synth_retyped(path, "output.weight", X4_T_Q6_K, &e);
+	T_OK(rc == 0, "synth_accepts_layout tiny", "rc %d: %s", rc, e.msg);
+	unlink(path);
+}
+
 int main(void)
 {
 	test_full();
 	test_small_presets();
 	test_round_trip();
+	test_synth_types();
 	return t_done();
 }

@@ -7,6 +7,7 @@
  */
 #include "t.h"
 #include "x4.h"
+#include "blockfmt.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -517,6 +518,15 @@ static void test_invalid(void)
 	     "quant_invalid_type dequant type=Q4_0", "got %d: %s", e.code, e.msg);
 	T_OK(x4_quant(X4_T_Q4_K, x, buf, 256, &e) == X4_EINVAL,
 	     "quant_invalid_type quant type=Q4_K", "got %d", e.code);
+	T_OK(x4_quant(2, x, buf, 32, &e) == X4_EINVAL && strstr(e.msg, "Q4_0"),
+	     "quant_invalid_type quant type=Q4_0", "got %d: %s", e.code, e.msg);
+	/* The block decode's own refusal, behind x4_dequant's type check: a
+	 * type without a case is X4_EINVAL and leaves y as it was. */
+	static const uint8_t zero[34] = { 0 }; /* one Q8_0 block of zeros */
+	x[0] = 7;
+	T_OK(x4b_decode_row(2, zero, x, 32) == X4_EINVAL && x[0] == 7 &&
+	     x4b_decode_row(X4_T_Q8_0, zero, x, 32) == 0 && x[0] == 0,
+	     "quant_invalid_type x4b_decode_row type=Q4_0", "x[0] %g", x[0]);
 	T_OK(x4_quant(X4_T_Q8_0, x, buf, 0, &e) == 0 && x4_dequant(X4_T_Q6_K, buf, x, 0, &e) == 0,
 	     "quant_empty n=0", "n=0 must succeed");
 	x[5] = NAN;

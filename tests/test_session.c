@@ -514,7 +514,7 @@ static void store_cancel(const x4_trunk_opts *o, const int32_t *longp)
 }
 
 /* What a chat's second turn reuses (docs/serving.md, "The prefix store").
- * The tiny preset's tokenizer is x4's vocabulary (lib/tok*.c: Mistral's v3
+ * The tiny preset's tokenizer is x4's vocabulary (lib/tok/spm.c: Mistral's v3
  * pieces with Xing4's control ids, the released layout), so the marker ids
  * are the release's and only plain text may encode into other pieces. */
 static void store_chat(const x4_trunk_opts *o)

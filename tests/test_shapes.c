@@ -11,6 +11,7 @@
  * against decode, a context of exactly max_ctx, and the MoE replay.
  */
 #include "t.h"
+#include "t_trunk.h"
 #include "x4.h"
 
 #include <errno.h>
@@ -95,35 +96,6 @@ static int write_variant(const char *path, const x4_config *c, x4_err *e)
 	return x4_gguf_writer_finish(w, e);
 }
 
-static x4_trunk *mk(const x4_model *m, int prec, int threads, int max_ctx, int chunk, int kv)
-{
-	x4_trunk_opts o;
-	x4_trunk_opts_default(&o);
-	o.device = -1;
-	o.prec = prec;
-	o.threads = threads;
-	o.max_ctx = max_ctx;
-	o.prefill_chunk = chunk;
-	o.kv = kv;
-	x4_trunk *t;
-	x4_err e;
-	if (x4_trunk_create(&t, m, &o, &e)) {
-		printf("# trunk_create: %s\n", e.msg);
-		return NULL;
-	}
-	return t;
-}
-
-static double rel_err(const float *a, const float *b, size_t n)
-{
-	double d = 0, nb = 0;
-	for (size_t i = 0; i < n; i++) {
-		d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-		nb += (double)b[i] * b[i];
-	}
-	return nb > 0 ? sqrt(d / nb) : sqrt(d);
-}
-
 struct cap {
 	int block;
 	float xh[1024];
@@ -174,11 +146,11 @@ static void run_variant(const struct variant *v)
 
 	/* F32 (chunk 4, a prompt not a multiple of it) against F64, both
 	 * caches exact: the arithmetic alone. */
-	x4_trunk *t32 = mk(m, X4_PREC_F32, 2, CTX, 4, X4_KV_EXACT);
-	x4_trunk *t64 = mk(m, X4_PREC_F64, 2, CTX, 4, X4_KV_EXACT);
+	x4_trunk *t32 = t_trunk(m, X4_PREC_F32, 2, CTX, 4, X4_KV_EXACT, X4_RESID_F32);
+	x4_trunk *t64 = t_trunk(m, X4_PREC_F64, 2, CTX, 4, X4_KV_EXACT, X4_RESID_F32);
 	rc = !t32 || !t64 || x4_trunk_forward(t32, ids, N, a, true, &e) ||
 	     x4_trunk_forward(t64, ids, N, b, true, &e);
-	double r = rc ? 1 : rel_err(a, b, (size_t)V * N);
+	double r = rc ? 1 : t_rel_err(a, b, (size_t)V * N);
 	bool finite = true;
 	for (size_t i = 0; i < (size_t)V * N; i++)
 		finite = finite && isfinite(a[i]);
@@ -187,15 +159,15 @@ static void run_variant(const struct variant *v)
 	     e.msg);
 
 	/* One chunk of 64, and token by token, against chunks of 4. */
-	x4_trunk *t1 = mk(m, X4_PREC_F32, 3, CTX, 0, X4_KV_EXACT);
-	x4_trunk *td = mk(m, X4_PREC_F32, 1, CTX, 0, X4_KV_EXACT);
+	x4_trunk *t1 = t_trunk(m, X4_PREC_F32, 3, CTX, 0, X4_KV_EXACT, X4_RESID_F32);
+	x4_trunk *td = t_trunk(m, X4_PREC_F32, 1, CTX, 0, X4_KV_EXACT, X4_RESID_F32);
 	rc = !t1 || !td || x4_trunk_forward(t1, ids, N, b, true, &e);
 	for (int i = 0; i < N && !rc; i++)
 		rc = x4_trunk_forward(td, ids + i, 1, d + (size_t)i * V, false, &e);
 	snprintf(name, sizeof name, "%s: chunked prefill, one chunk, decode agree", v->name);
-	T_OK(!rc && rel_err(a, b, (size_t)V * N) < 1e-6 && rel_err(a, d, (size_t)V * N) < 1e-6,
-	     name, "rc %d: %.3g %.3g %s", rc, rel_err(a, b, (size_t)V * N),
-	     rel_err(a, d, (size_t)V * N), e.msg);
+	T_OK(!rc && t_rel_err(a, b, (size_t)V * N) < 1e-6 && t_rel_err(a, d, (size_t)V * N) < 1e-6,
+	     name, "rc %d: %.3g %.3g %s", rc, t_rel_err(a, b, (size_t)V * N),
+	     t_rel_err(a, d, (size_t)V * N), e.msg);
 
 	/* The whole context: exactly max_ctx positions fit, one more does not. */
 	rc = x4_trunk_forward(td, ids + N, CTX - N, d, false, &e);
@@ -207,7 +179,7 @@ static void run_variant(const struct variant *v)
 	/* The replay of the last MoE block on the activation the trunk saw
 	 * equals the trunk's own MoE output. */
 	struct cap cp = { .block = c.n_block - 1, .D = c.n_embd };
-	x4_trunk *tp = mk(m, X4_PREC_F64, 1, CTX, 0, X4_KV_EXACT);
+	x4_trunk *tp = t_trunk(m, X4_PREC_F64, 1, CTX, 0, X4_KV_EXACT, X4_RESID_F32);
 	x4_trunk_set_probe(tp, capture, &cp);
 	rc = !tp || x4_trunk_forward(tp, ids, 3, NULL, false, &e);
 	x4_moe_replay rp;

@@ -5,6 +5,7 @@
  * check) and the sampler.
  */
 #include "t.h"
+#include "t_trunk.h"
 #include "trunk_int.h"
 #include "x4_kern.h"
 
@@ -152,6 +153,14 @@ static void test_dequant_row(void)
 		free(a);
 		free(b);
 	}
+	/* A type without a decode gives NaNs, not what the row held before. */
+	float y[32] = { 0 };
+	uint8_t z[64] = { 0 };
+	x4_cpu_dequant_row(2, z, y, 32); /* Q4_0: not in the table */
+	int nans = 0;
+	for (int i = 0; i < 32; i++)
+		nans += isnan(y[i]) != 0;
+	T_OK(nans == 32, "row dequant of an unknown type is NaN (Q4_0)", "%d of 32 NaN", nans);
 }
 
 static void test_router(void)
@@ -264,44 +273,6 @@ static void test_sampler(void)
 
 static int kv_mode;
 
-static x4_trunk *mk(const x4_model *m, int prec, int threads, int max_ctx, int resid)
-{
-	x4_trunk_opts o;
-	x4_trunk_opts_default(&o);
-	o.kv = kv_mode;
-	o.prec = prec;
-	o.threads = threads;
-	o.max_ctx = max_ctx;
-	o.resid = resid;
-	x4_trunk *t;
-	x4_err e;
-	if (x4_trunk_create(&t, m, &o, &e)) {
-		printf("# trunk_create: %s\n", e.msg);
-		return NULL;
-	}
-	return t;
-}
-
-/* ||a - b|| / ||b|| over one row of logits (the numpy oracle's measure). */
-static double rel_err(const float *a, const float *b, int n)
-{
-	double d = 0, nb = 0;
-	for (int i = 0; i < n; i++) {
-		d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-		nb += (double)b[i] * b[i];
-	}
-	return nb > 0 ? sqrt(d / nb) : sqrt(d);
-}
-
-static int argmax(const float *l, int n)
-{
-	int b = 0;
-	for (int i = 1; i < n; i++)
-		if (l[i] > l[b])
-			b = i;
-	return b;
-}
-
 struct probe_count {
 	int n, last_block, finite;
 };
@@ -347,9 +318,9 @@ static void test_model_trunk(void)
 		x4_trunk_free(t64);
 		x4_trunk_free(t32);
 		kv_mode = pass == 0 ? X4_KV_EXACT : X4_KV_F16;
-		t64 = mk(m, X4_PREC_F64, 2, 128, X4_RESID_F32);
+		t64 = t_trunk(m, X4_PREC_F64, 2, 128, 0, kv_mode, X4_RESID_F32);
 		kv_mode = pass == 0 ? X4_KV_EXACT : X4_KV_DEFAULT;
-		t32 = mk(m, X4_PREC_F32, 2, 128, X4_RESID_F32);
+		t32 = t_trunk(m, X4_PREC_F32, 2, 128, 0, kv_mode, X4_RESID_F32);
 		kv_mode = X4_KV_DEFAULT;
 		if (!t64 || !t32) {
 			T_OK(0, "trunk create", "see above");
@@ -358,7 +329,7 @@ static void test_model_trunk(void)
 		rc = x4_trunk_forward(t64, ids, NP, l64, true, &e);
 		rc |= x4_trunk_forward(t32, ids, NP, l32, true, &e);
 		for (int i = 0; i < ND && rc == 0; i++) {
-			ids[NP + i] = argmax(l64 + (size_t)(NP + i - 1) * V, V);
+			ids[NP + i] = x4r_argmax(V, l64 + (size_t)(NP + i - 1) * V);
 			rc |= x4_trunk_forward(t64, ids + NP + i, 1, l64 + (size_t)(NP + i) * V, false, &e);
 			rc |= x4_trunk_forward(t32, ids + NP + i, 1, l32 + (size_t)(NP + i) * V, false, &e);
 		}
@@ -367,12 +338,12 @@ static void test_model_trunk(void)
 		double worst = 0;
 		int worst_at = 0, agree = 0;
 		for (int i = 0; i < NP + ND; i++) {
-			double r = rel_err(l32 + (size_t)i * V, l64 + (size_t)i * V, V);
+			double r = t_rel_err(l32 + (size_t)i * V, l64 + (size_t)i * V, V);
 			if (r > worst) {
 				worst = r;
 				worst_at = i;
 			}
-			agree += argmax(l32 + (size_t)i * V, V) == argmax(l64 + (size_t)i * V, V);
+			agree += x4r_argmax(V, l32 + (size_t)i * V) == x4r_argmax(V, l64 + (size_t)i * V);
 		}
 		const char *name = pass ? "f32 vs f64 logits, fp16 cache values (32 + 16 decoded)"
 					: "f32 vs f64 logits, exact caches (32 + 16 decoded)";
@@ -383,12 +354,12 @@ static void test_model_trunk(void)
 	/* Reported too: the default F32 trunk (fp16 cache) against the
 	 * default F64 one (exact cache). */
 	{
-		x4_trunk *r64 = mk(m, X4_PREC_F64, 2, 128, X4_RESID_F32);
+		x4_trunk *r64 = t_trunk(m, X4_PREC_F64, 2, 128, 0, kv_mode, X4_RESID_F32);
 		float *lr = malloc(sizeof(float) * (size_t)V * (NP + ND));
 		rc = x4_trunk_forward(r64, ids, NP + ND, lr, true, &e);
 		double worst = 0;
 		for (int i = 0; i < NP + ND; i++)
-			worst = fmax(worst, rel_err(l32 + (size_t)i * V, lr + (size_t)i * V, V));
+			worst = fmax(worst, t_rel_err(l32 + (size_t)i * V, lr + (size_t)i * V, V));
 		printf("# default f32 (fp16 cache) vs default f64 (exact cache): max rel err %.3g\n",
 		       worst);
 		T_OK(rc == 0 && worst < 1e-2, "f32 fp16-cache vs exact f64 within the cache's rounding",
@@ -402,17 +373,17 @@ static void test_model_trunk(void)
 	T_OK(finite, "f32 logits finite", "a NaN/Inf in the tiny model's logits");
 
 	/* Thread count 1 vs 2: bit-identical. */
-	x4_trunk *t1 = mk(m, X4_PREC_F32, 1, 128, X4_RESID_F32);
+	x4_trunk *t1 = t_trunk(m, X4_PREC_F32, 1, 128, 0, kv_mode, X4_RESID_F32);
 	rc = x4_trunk_forward(t1, ids, NP + ND, lx, true, &e);
-	x4_trunk *t2 = mk(m, X4_PREC_F32, 2, 128, X4_RESID_F32);
+	x4_trunk *t2 = t_trunk(m, X4_PREC_F32, 2, 128, 0, kv_mode, X4_RESID_F32);
 	float *ly = malloc(sizeof(float) * (size_t)V * (NP + ND));
 	rc |= x4_trunk_forward(t2, ids, NP + ND, ly, true, &e);
 	T_OK(rc == 0 && memcmp(lx, ly, sizeof(float) * (size_t)V * (NP + ND)) == 0,
 	     "threads 1 vs 2 bit-identical", "rc %d, logits differ", rc);
 
 	/* Prefill of 48 against token-by-token decode of the same (t32). */
-	T_OK(rel_err(l32, ly, V * (NP + ND)) < 1e-6, "prefill equals decode",
-	     "prefill vs step-by-step relative error %.3g", rel_err(l32, ly, V * (NP + ND)));
+	T_OK(t_rel_err(l32, ly, V * (NP + ND)) < 1e-6, "prefill equals decode",
+	     "prefill vs step-by-step relative error %.3g", t_rel_err(l32, ly, V * (NP + ND)));
 	printf("# prefill vs decode: %s\n",
 	       memcmp(ly + (size_t)NP * V, l32 + (size_t)NP * V, sizeof(float) * (size_t)ND * V)
 		       ? "close, not bit-identical" : "bit-identical");
@@ -427,14 +398,14 @@ static void test_model_trunk(void)
 	/* Reset, then a shorter prompt: equal to a fresh trunk (docs/record.md 7). */
 	x4_trunk_reset(t2);
 	rc = x4_trunk_forward(t2, ids + 5, 9, lx, false, &e);
-	x4_trunk *tf = mk(m, X4_PREC_F32, 2, 128, X4_RESID_F32);
+	x4_trunk *tf = t_trunk(m, X4_PREC_F32, 2, 128, 0, kv_mode, X4_RESID_F32);
 	rc |= x4_trunk_forward(tf, ids + 5, 9, ly, false, &e);
 	T_OK(rc == 0 && memcmp(lx, ly, sizeof(float) * (size_t)V) == 0,
 	     "reset then shorter prompt equals a fresh trunk", "rc %d, rel err %.3g", rc,
-	     rel_err(lx, ly, V));
+	     t_rel_err(lx, ly, V));
 
 	/* The context check comes before any work. */
-	x4_trunk *ts = mk(m, X4_PREC_F32, 1, 8, X4_RESID_F32);
+	x4_trunk *ts = t_trunk(m, X4_PREC_F32, 1, 8, 0, kv_mode, X4_RESID_F32);
 	rc = x4_trunk_forward(ts, ids, 9, lx, false, &e);
 	T_OK(rc == X4_ERANGE && x4_trunk_pos(ts) == 0 && strstr(e.msg, "--max-model-len"),
 	     "context overflow is X4_ERANGE", "rc %d pos %d: %s", rc, x4_trunk_pos(ts), e.msg);
@@ -456,12 +427,12 @@ static void test_model_trunk(void)
 	     "probe after every sublayer", "%d calls, last block %d", pc.n, pc.last_block);
 
 	/* Narrow residuals run (the tiny model stays in range). */
-	x4_trunk *th = mk(m, X4_PREC_F32, 2, 128, X4_RESID_F16);
-	x4_trunk *tb = mk(m, X4_PREC_F32, 2, 128, X4_RESID_BF16);
+	x4_trunk *th = t_trunk(m, X4_PREC_F32, 2, 128, 0, kv_mode, X4_RESID_F16);
+	x4_trunk *tb = t_trunk(m, X4_PREC_F32, 2, 128, 0, kv_mode, X4_RESID_BF16);
 	rc = x4_trunk_forward(th, ids, NP, lx, false, &e);
 	rc |= x4_trunk_forward(tb, ids, NP, ly, false, &e);
-	double rh = rel_err(lx, l32 + (size_t)(NP - 1) * V, V);
-	double rb = rel_err(ly, l32 + (size_t)(NP - 1) * V, V);
+	double rh = t_rel_err(lx, l32 + (size_t)(NP - 1) * V, V);
+	double rb = t_rel_err(ly, l32 + (size_t)(NP - 1) * V, V);
 	T_OK(rc == 0 && rh < 0.05 && rb < 0.2, "f16/bf16 residuals close to f32 on tiny",
 	     "rel err f16 %.3g bf16 %.3g", rh, rb);
 	printf("# residual f16 vs f32 rel err %.3g, bf16 %.3g\n", rh, rb);
@@ -487,8 +458,8 @@ static void test_model_trunk(void)
 		if (!r2)
 			r2 = x4_trunk_forward(a, ids, NP, lx, false, &e) ||
 			     x4_trunk_forward(b, ids, NP, ly, false, &e);
-		double r_ar = r2 ? 1 : rel_err(lx, ly, V);
-		double r_f32 = r2 ? 0 : rel_err(lx, l32 + (size_t)(NP - 1) * V, V);
+		double r_ar = r2 ? 1 : t_rel_err(lx, ly, V);
+		double r_f32 = r2 ? 0 : t_rel_err(lx, l32 + (size_t)(NP - 1) * V, V);
 		char nm[64];
 		snprintf(nm, sizeof nm, "sublayer %s: f32 vs f64 arithmetic", sub_nm[k]);
 		T_OK(!r2 && r_ar < sub_tol[k], nm, "rel err %.3g (tolerance %g)%s%s", r_ar,

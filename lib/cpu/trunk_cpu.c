@@ -2,7 +2,7 @@
  * trunk_cpu.c - the CPU reference trunk's frame: the thread pool, the
  * latent KV cache, the YaRN table, the checks a forward makes before any
  * work, and the choice between the float and double instances of the one
- * forward pass in lib/trunk_cpu_tmpl.h.
+ * forward pass in lib/cpu/trunk_cpu_tmpl.h.
  */
 #include "trunk_int.h"
 #include "blockfmt.h"
@@ -148,13 +148,18 @@ void x4_pool_run(x4_pool *p, int64_t n, void (*fn)(void *, int64_t, int), void *
 
 /* A weight row to float: lib/blockfmt.h's decode (x4_dequant's values, bit
  * for bit), compiled here with the vectorizer on: one call a weight row is
- * the CPU trunk's inner loop. */
+ * the CPU trunk's inner loop.  The binding admitted only the types of each
+ * tensor's role; a type without a decode (a format added to the table but
+ * not to x4b_decode_row) gives NaNs, which reach the logits (the
+ * generation's check refuses them, X4_ENUMERIC), not the last row's values. */
 #if defined(__GNUC__) && !defined(__clang__)
 __attribute__((optimize("tree-vectorize")))
 #endif
 void x4_cpu_dequant_row(int type, const void *src, float *y, uint64_t n)
 {
-	x4b_decode_row(type, src, y, n);
+	if (x4b_decode_row(type, src, y, n))
+		for (uint64_t i = 0; i < n; i++)
+			y[i] = NAN;
 }
 
 /* ---- YaRN ---- */
@@ -305,7 +310,7 @@ void x4_trunk_cpu_set_probe(x4_trunk_cpu *t, x4_probe_fn fn, void *ctx)
 int x4_trunk_cpu_forward(x4_trunk_cpu *t, const int32_t *ids, int n, float *logits,
 			 bool all_logits, x4_err *e)
 {
-	/* The arguments were checked by lib/trunk.c. */
+	/* The arguments were checked by lib/run/trunk.c. */
 	if (t->o.prec == X4_PREC_F64)
 		x4_cpu_forward_f64(t, ids, n, logits, all_logits);
 	else

@@ -2,7 +2,7 @@
  * trunk_cuda.c - the CUDA trunk's frame: the device, the one upload of every
  * trunk tensor, the memory plan (weights, the fp16 latent cache sized from
  * max_ctx, the workspaces of one prefill chunk) and its refusal when they
- * do not fit, create/free/reset.  The forward pass is lib/trunk_cuda_fwd.c.
+ * do not fit, create/free/reset.  The forward pass is lib/cuda/trunk_cuda_fwd.c.
  *
  * The arithmetic of the plan is lib/cuda/mem_plan.c's, shared with x4-ceiling.
  *

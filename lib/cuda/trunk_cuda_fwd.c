@@ -462,7 +462,7 @@ static int run(x4_trunk_cuda *t, const int32_t *ids, int n, float *logits, bool 
 	       const x4_sampler_opts *so, int32_t *pick, x4_err *e)
 {
 	const x4_config *c = t->c;
-	/* The arguments were checked by lib/trunk.c. */
+	/* The arguments were checked by lib/run/trunk.c. */
 	if (t->broken)
 		return x4_err_set(e, X4_ENOMEM, "the trunk has no cache since a failed change of "
 				  "options; configure it again with options that fit");

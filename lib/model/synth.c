@@ -13,6 +13,7 @@
  * norm).
  */
 #include "x4_int.h"
+#include "blockfmt.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -49,6 +50,7 @@ struct plan {
 	float sigma;
 	int block;
 	bool experts;      /* a 3-D expert stack: row / ne[1] is the expert */
+	uint64_t block_elems; /* values a block of the type (lib/blockfmt.h) */
 	uint64_t row_elems, row_bytes, rows, rows_per_chunk;
 	uint64_t first_chunk, n_chunks;
 };
@@ -114,7 +116,9 @@ static bool ends_with(const char *s, const char *suffix)
 	return n >= m && memcmp(s + n - m, suffix, m) == 0;
 }
 
-static void plan_tensor(const x4_config *c, const x4_tensor_spec *t, struct plan *p)
+/* 0, or X4_EINVAL for a tensor of a type x4 has no generator for, or a
+ * control tensor (a norm's gain, a gate's bias) that is not F32. */
+static int plan_tensor(const x4_config *c, const x4_tensor_spec *t, struct plan *p, x4_err *e)
 {
 	const char *rest = t->name;
 	if (t->block >= 0 && strncmp(rest, "blk.", 4) == 0) {
@@ -123,8 +127,18 @@ static void plan_tensor(const x4_config *c, const x4_tensor_spec *t, struct plan
 	}
 	memset(p, 0, sizeof *p);
 	p->block = t->block;
-	p->kind = t->type == X4_T_BF16 ? K_BF16 : t->type == X4_T_IQ4_NL ? K_IQ4 :
-		  t->type == X4_T_Q6_K ? K_Q6K : t->type == X4_T_Q8_0 ? K_Q8 : K_F32;
+	switch (t->type) {
+	case X4_T_F32: p->kind = K_F32; break;
+	case X4_T_BF16: p->kind = K_BF16; break;
+	case X4_T_IQ4_NL: p->kind = K_IQ4; break;
+	case X4_T_Q6_K: p->kind = K_Q6K; break;
+	case X4_T_Q8_0: p->kind = K_Q8; break;
+	default:
+		return x4_err_set(e, X4_EINVAL, "synth: tensor %s is of type %d (%s), which x4 "
+				  "has no weight generator for", t->name, t->type,
+				  x4_type_name(t->type));
+	}
+	const int by_type = p->kind;
 	p->sigma = 1.0f / sqrtf((float)t->ne[0]);
 	if (strcmp(rest, "token_embd.weight") == 0 || strcmp(rest, "nextn.embed_tokens.weight") == 0) {
 		p->sigma = 1.0f; /* embedding rows O(1); the streams start from them */
@@ -144,13 +158,20 @@ static void plan_tensor(const x4_config *c, const x4_tensor_spec *t, struct plan
 	} else if (strcmp(rest, "exp_probs_b.bias") == 0) {
 		p->kind = K_BIAS;
 	}
+	/* A kind chosen by the name is a control tensor's, written as F32
+	 * values (draw_chunk's default). */
+	if (p->kind != by_type && t->type != X4_T_F32)
+		return x4_err_set(e, X4_EINVAL, "synth: tensor %s is of type %s, but its values "
+				  "are drawn as F32", t->name, x4_type_name(t->type));
 	p->experts = t->n_dims == 3 && ends_with(rest, "_exps.weight");
+	p->block_elems = (uint64_t)x4b_block_elems(t->type);
 	p->row_elems = t->ne[0];
-	p->row_bytes = x4_type_bytes(t->type, t->ne[0]);
+	p->row_bytes = x4b_row_bytes(t->type, t->ne[0]);
 	p->rows = t->ne[1] * t->ne[2] * t->ne[3];
 	p->rows_per_chunk = X4_MAX(1, CHUNK_BYTES / p->row_bytes);
 	p->n_chunks = (p->rows + p->rows_per_chunk - 1) / p->rows_per_chunk;
 	(void)c;
+	return 0;
 }
 
 /* The --loud factor for row `row` of tensor p, 1 if none. */
@@ -173,9 +194,12 @@ static void put_f16(unsigned char *q, float v)
 	q[1] = (unsigned char)(h >> 8);
 }
 
+/* Each draw_* writes n_blocks whole blocks of its type, a block's bytes as
+ * lib/blockfmt.h lays them out (its table gives the stride). */
 static void draw_iq4(rng *r, float sigma, uint64_t n_blocks, unsigned char *q)
 {
-	for (uint64_t b = 0; b < n_blocks; b++, q += 18) {
+	const int bb = x4b_block_bytes(X4_T_IQ4_NL); /* fp16 d, 16 bytes of codes */
+	for (uint64_t b = 0; b < n_blocks; b++, q += bb) {
 		uint64_t x = next(r);
 		/* jitter in [0.75, 1.25]; a random sign cancels the codebook's
 		 * -5.9 mean, which would otherwise be a shared rank-1 term */
@@ -189,12 +213,13 @@ static void draw_iq4(rng *r, float sigma, uint64_t n_blocks, unsigned char *q)
 
 static void draw_q8(rng *r, float sigma, uint64_t n_blocks, unsigned char *q)
 {
-	for (uint64_t b = 0; b < n_blocks; b++, q += 34) {
+	const int bb = x4b_block_bytes(X4_T_Q8_0), be = x4b_block_elems(X4_T_Q8_0);
+	for (uint64_t b = 0; b < n_blocks; b++, q += bb) {
 		uint64_t x = next(r);
 		/* jitter and sign as draw_iq4's; uniform int8 codes (mean -0.5) */
 		float d = sigma / Q8_RMS * (0.75f + 0.5f * (float)(x >> 40) * (1.0f / 16777216.0f));
 		put_f16(q, (x & 1) ? -d : d);
-		for (int i = 0; i < 32; i += 8) {
+		for (int i = 0; i < be; i += 8) { /* fp16 d, then one int8 code a value */
 			uint64_t c = next(r);
 			memcpy(q + 2 + i, &c, 8);
 		}
@@ -203,7 +228,8 @@ static void draw_q8(rng *r, float sigma, uint64_t n_blocks, unsigned char *q)
 
 static void draw_q6k(rng *r, float sigma, uint64_t n_blocks, unsigned char *q)
 {
-	for (uint64_t b = 0; b < n_blocks; b++, q += 210) {
+	const int bb = x4b_block_bytes(X4_T_Q6_K);
+	for (uint64_t b = 0; b < n_blocks; b++, q += bb) {
 		for (int i = 0; i < 192; i += 8) { /* ql[128], qh[64]: uniform 6-bit codes */
 			uint64_t x = next(r);
 			memcpy(q + i, &x, 8);
@@ -283,13 +309,13 @@ static int draw_chunk(struct job *j, int ti, uint64_t chunk, unsigned char *buf,
 		uint64_t row = row0 + k, n = p->row_elems;
 		switch (p->kind) {
 		case K_IQ4:
-			draw_iq4(&r, p->sigma * loud_factor(j, p, t, row), n / 32, q);
+			draw_iq4(&r, p->sigma * loud_factor(j, p, t, row), n / p->block_elems, q);
 			break;
 		case K_Q6K:
-			draw_q6k(&r, p->sigma, n / 256, q);
+			draw_q6k(&r, p->sigma, n / p->block_elems, q);
 			break;
 		case K_Q8:
-			draw_q8(&r, p->sigma * loud_factor(j, p, t, row), n / 32, q);
+			draw_q8(&r, p->sigma * loud_factor(j, p, t, row), n / p->block_elems, q);
 			break;
 		case K_BF16:
 			for (uint64_t i = 0; i < n; i += 2) {
@@ -373,7 +399,11 @@ int x4_synth_weights(x4_gguf_writer *w, const x4_config *c, const x4_tensor_spec
 	if (!j.p)
 		return X4_ENOMEM;
 	for (int i = 0; i < n; i++) {
-		plan_tensor(c, &t[i], &j.p[i]);
+		int rc = plan_tensor(c, &t[i], &j.p[i], e);
+		if (rc) {
+			free(j.p);
+			return rc;
+		}
 		j.p[i].first_chunk = j.n_chunks;
 		j.n_chunks += j.p[i].n_chunks;
 		j.total += j.p[i].rows * j.p[i].row_bytes;

@@ -144,7 +144,10 @@ int x4_dequant(int type, const void *src, float *dst, uint64_t n, x4_err *e)
 	int rc = check_args("dequant", type, src, dst, n, e);
 	if (rc)
 		return rc;
-	x4b_decode_row(type, src, dst, n); /* lib/blockfmt.h */
+	if (x4b_decode_row(type, src, dst, n)) /* lib/blockfmt.h */
+		return x4_err_set(e, X4_EINVAL, "dequant: type %d (%s) is in lib/blockfmt.h's "
+				  "table but x4b_decode_row has no decode for it", type,
+				  x4_type_name(type));
 	return 0;
 }
 
@@ -458,8 +461,26 @@ int x4_quant(int type, const float *src, void *dst, uint64_t n, x4_err *e)
 		return 0;
 	}
 
-	/* The block types: a NaN would poison the scale search and a value
-	 * past fp16's range gives an infinite scale. */
+	/* The block types x4 writes; any other is refused here, not handed to
+	 * another type's quantizer. */
+	void (*quant_block)(const float *x, uint8_t *b);
+	switch (type) {
+	case X4_T_Q8_0:
+		quant_block = quant_q8_0;
+		break;
+	case X4_T_IQ4_NL:
+		quant_block = quant_iq4nl;
+		break;
+	case X4_T_Q6_K:
+		quant_block = quant_q6k;
+		break;
+	default:
+		return x4_err_set(e, X4_EINVAL, "quant: x4 has no quantizer for type %d (%s)", type,
+				  x4_type_name(type));
+	}
+
+	/* A NaN would poison the scale search and a value past fp16's range
+	 * gives an infinite scale. */
 	uint64_t be = (uint64_t)x4_type_block_elems(type);
 	size_t bb = (size_t)x4_type_block_bytes(type);
 	for (uint64_t i = 0; i < n; i++) {
@@ -472,15 +493,7 @@ int x4_quant(int type, const float *src, void *dst, uint64_t n, x4_err *e)
 					  "quant %s: element %llu (%g) is too large for an fp16 block scale; scale the tensor down or store it as F32",
 					  x4_type_name(type), (unsigned long long)i, src[i]);
 	}
-	for (uint64_t i = 0; i < n / be; i++) {
-		const float *x = src + i * be;
-		uint8_t *b = d + i * bb;
-		if (type == X4_T_Q8_0)
-			quant_q8_0(x, b);
-		else if (type == X4_T_IQ4_NL)
-			quant_iq4nl(x, b);
-		else
-			quant_q6k(x, b);
-	}
+	for (uint64_t i = 0; i < n / be; i++)
+		quant_block(src + i * be, d + i * bb);
 	return 0;
 }

@@ -1,8 +1,8 @@
 /*
  * trunk.c - the public trunk API: the options and arguments are checked
  * here, once, and the call dispatched on opts->device: -1 runs the CPU
- * reference trunk (lib/trunk_cpu*.c), an ordinal >= 0 the CUDA trunk
- * (lib/trunk_cuda*.c).  Both keep the same contract, so the tools never ask
+ * reference trunk (lib/cpu/trunk_cpu*.c), an ordinal >= 0 the CUDA trunk
+ * (lib/cuda/trunk_cuda*.c).  Both keep the same contract, so the tools never ask
  * which one they hold, and the backends may assume valid arguments.
  */
 #include "trunk_int.h"
