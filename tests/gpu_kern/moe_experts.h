@@ -182,20 +182,22 @@ out:
  * three launches it stands for, x4k_moe_experts + x4k_gemv of the shared
  * down + x4k_moe_reduce, which test_experts checks against the reference:
  * the same bits, on every run. */
-static void test_experts_sum(const char *label, const struct moe_w *w, int k, uint64_t seed)
+static void test_experts_sum(const char *label, const struct moe_w *w, int sd_type, int k,
+			     uint64_t seed)
 {
 	int d = w->d, f = w->f, E = w->n_expert;
 	char cas[200], name[96];
-	snprintf(cas, sizeof cas, "op moe_experts sum type %s d %d f %d experts %d k %d seed %llu",
-		 x4_type_name(w->type), d, f, E, k, (unsigned long long)seed);
+	snprintf(cas, sizeof cas, "op moe_experts sum type %s shared %s d %d f %d experts %d k %d "
+		 "seed %llu", x4_type_name(w->type), x4_type_name(sd_type), d, f, E, k,
+		 (unsigned long long)seed);
 	snprintf(name, sizeof name, "moe experts sum %s %s bit-identical to three launches",
 		 x4_type_name(w->type), label);
 	if (!t_want("moe_experts", cas))
 		return;
 	rng_seed(seed);
-	size_t sb = x4_type_bytes(w->type, (uint64_t)d * f);
+	size_t sb = x4_type_bytes(sd_type, (uint64_t)d * f);
 	uint8_t *sdn = hmalloc(sb);
-	fill_weights(w->type, sdn, (size_t)d, f);
+	fill_weights(sd_type, sdn, (size_t)d, f);
 	float *x = hmalloc((size_t)d * 4), *shh = hmalloc((size_t)f * 4), *wts = hmalloc((size_t)k * 4);
 	int32_t *sel = hmalloc((size_t)k * 4);
 	fill_x(x, (size_t)d);
@@ -213,7 +215,7 @@ static void test_experts_sum(const char *label, const struct moe_w *w, int k, ui
 		 x4_dev_upload(r.wts, wts, (size_t)k * 4, "wts", &err) ||
 		 x4k_moe_route_table(&r, st, &err) ||
 		 x4k_moe_experts(&r, w->type, dx, d, f, w->dg, w->du, w->ddn, ews, eb, &out, st, &err) ||
-		 x4k_gemv(w->type, dsdn, d, f, dsh, dshared, st, &err) ||
+		 x4k_gemv(sd_type, dsdn, d, f, dsh, dshared, st, &err) ||
 		 x4k_moe_reduce(&r, out, dshared, d, dy, st, &err) ||
 		 x4_cuda_check(cudaStreamSynchronize(st), "three launches", &err);
 	if (!rc)
@@ -221,7 +223,7 @@ static void test_experts_sum(const char *label, const struct moe_w *w, int k, ui
 	for (int run = 0; !rc && run < 2; run++) {
 		poison(ews, eb);
 		poison(dy, (size_t)d * 4);
-		rc = x4k_moe_experts_sum(&r, w->type, dx, d, f, w->dg, w->du, w->ddn, w->type, dsdn, dsh,
+		rc = x4k_moe_experts_sum(&r, w->type, dx, d, f, w->dg, w->du, w->ddn, sd_type, dsdn, dsh,
 					 ews, eb, dy, st, &err) ||
 		     x4_cuda_check(cudaStreamSynchronize(st), "x4k_moe_experts_sum", &err);
 		if (!rc)
@@ -281,18 +283,19 @@ static void test_moe_experts(void)
 	test_experts("model decode", &full_w, 3, 4, 1, 7, 87);
 	test_experts("model prefill", &full_w, 70, 4, 64, 9, 74);
 	test_experts("model prefill", &full_w, 70, 4, 4, 9, 75);
-	test_experts_sum("model", &full_w, 4, 98);
-	test_experts_sum("model, 3 routes", &full_w, 3, 99);
+	test_experts_sum("model", &full_w, X4_T_IQ4_NL, 4, 98);
+	test_experts_sum("model, 3 routes", &full_w, X4_T_IQ4_NL, 3, 99);
 	moe_w_free(&full_w);
-	/* the fused down at a small odd size (d 200: the last block's second
-	 * warp holds half a row pair) and where it does not apply (f 160) */
+	/* the fused down at a small size (d 224: 14 blocks of 16 rows; d is a
+	 * multiple of 32 as the gate's columns must be) and where it does not
+	 * apply (f 160: rows of 90 bytes) */
 	{
 		struct moe_w a;
-		moe_w_make(&a, X4_T_IQ4_NL, 200, 256, 5, 100);
-		test_experts_sum("tiny", &a, 2, 101);
+		moe_w_make(&a, X4_T_IQ4_NL, 224, 256, 5, 100);
+		test_experts_sum("tiny", &a, X4_T_IQ4_NL, 2, 101);
 		moe_w_free(&a);
 		moe_w_make(&a, X4_T_IQ4_NL, 96, 160, 6, 102);
-		test_experts_sum("tiny, three launches", &a, 2, 103);
+		test_experts_sum("tiny, three launches", &a, X4_T_IQ4_NL, 2, 103);
 		moe_w_free(&a);
 	}
 
@@ -316,7 +319,9 @@ static void test_moe_experts(void)
 	test_experts("model decode", &q8, 1, 4, 4, -1, 80);
 	test_experts("model mixed tiles", &q8, 5, 4, 4, 7, 95);
 	test_experts("model prefill", &q8, 70, 4, 64, 9, 81);
-	test_experts_sum("model, three launches", &q8, 4, 104);
+	/* Q8_0 experts beside an IQ4_NL shared expert (as x4-synth --expert-type
+	 * q8_0 writes them): the three launches */
+	test_experts_sum("model, three launches", &q8, X4_T_IQ4_NL, 4, 104);
 	moe_w_free(&q8);
 	test_shape("larger decode", X4_T_Q8_0, 3584, 2048, 16, 96, 1, 8, 4, -1, 97);
 }
