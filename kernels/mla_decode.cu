@@ -11,56 +11,6 @@ using namespace x4c;
 
 namespace {
 
-constexpr int MLA_COMB_COLS = 128; /* latent columns a combine block */
-
-/* Block (head, 128 columns): the splits' weights exp(m_i - M) and L once
- * (nsp <= MLA_MAX_SPLIT <= blockDim), then a thread a column summing the
- * splits in split order, eight loads in flight. */
-__global__ void __launch_bounds__(MLA_COMB_COLS)
-mla_combine_kernel(mla_params a, int nsplit)
-{
-	__shared__ float sw[MLA_MAX_SPLIT];
-	__shared__ float red[32];
-	const int h = blockIdx.x, tok = blockIdx.z, tid = threadIdx.x;
-	const int c = blockIdx.y * MLA_COMB_COLS + tid;
-	x4p::trigger();
-	x4p::wait();
-	int span, nsp;
-	mla_span(mla_len(a, tok), nsplit, &span, &nsp);
-	float *o = a.ob + ((size_t)tok * a.n_head + h) * a.kv_lora;
-	if (nsp == 0) { /* nothing to attend: a defined zero (uniform branch) */
-		if (c < a.kv_lora)
-			o[c] = 0.f;
-		return;
-	}
-	const size_t base = (size_t)tok * nsplit * a.n_head + h;
-	float m = tid < nsp ? a.pm[base + (size_t)tid * a.n_head] : -INFINITY;
-	const float M = block_max(m, red);
-	float w = tid < nsp ? expf(m - M) : 0.f;
-	float lw = tid < nsp ? a.pl[base + (size_t)tid * a.n_head] * w : 0.f;
-	const float L = block_sum(lw, red);
-	if (tid < MLA_MAX_SPLIT)
-		sw[tid] = w;
-	__syncthreads();
-	if (c >= a.kv_lora)
-		return;
-	const float inv = 1.0f / L;
-	const float *p = a.pacc + base * a.kv_lora + c;
-	const size_t stride = (size_t)a.n_head * a.kv_lora;
-	float t = 0;
-	for (int i0 = 0; i0 < nsp; i0 += 8) {
-		float pv[8];
-#pragma unroll
-		for (int j = 0; j < 8; j++)
-			pv[j] = i0 + j < nsp ? __ldg(p + (size_t)(i0 + j) * stride) : 0.f;
-#pragma unroll
-		for (int j = 0; j < 8; j++)
-			if (i0 + j < nsp)
-				t = fmaf(pv[j], sw[i0 + j], t);
-	}
-	o[c] = t * inv;
-}
-
 bool aligned(const void *p, size_t n) { return ((uintptr_t)p % n) == 0; }
 
 } /* namespace */

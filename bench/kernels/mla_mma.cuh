@@ -44,9 +44,9 @@
  * from shared memory, B = V by ldmatrix.x4.trans from the same staged tile
  * (its first 512 columns).
  *
- * Partials pm/pl/pacc in the library's layout; the combine is a copy of
- * the library's (mla_combine_kernel in kernels/mla_decode.cu), nsplit == 1
- * writes ob directly.  Deterministic: every sum in a fixed order.
+ * Partials pm/pl/pacc in the library's layout, combined by the library's
+ * own kernel (mla_combine_kernel, mla_attn.cuh); nsplit == 1 writes ob
+ * directly.  Deterministic: every sum in a fixed order.
  */
 #ifndef X4_MLA_MMA_CUH
 #define X4_MLA_MMA_CUH
@@ -73,7 +73,6 @@ constexpr int SCS = 40;             /* floats a partial-score row (32 + 8: float
 constexpr int PS = 40;              /* halves a probability row (80 bytes: ldmatrix conflict-free) */
 constexpr float PSCALE = 16384.f;   /* 2^14: p*2^14 <= 2^14, its hi/lo split clear of fp16 subnormals */
 constexpr float PSCALE_INV = 1.f / 16384.f;
-constexpr int COMB_COLS = 128;
 static_assert(KSTEPS % KQ == 0 && T * CHUNKS % THREADS == 0, "tile split");
 static_assert(KV == 8 * 64, "a warp owns 64 value columns");
 
@@ -410,52 +409,6 @@ static __global__ void __launch_bounds__(THREADS, 1) mla_mma_kernel(mla_params a
 #endif
 }
 
-/* The library's combine (kernels/mla_decode.cu, mla_combine_kernel), the
- * same arithmetic in the same order. */
-static __global__ void __launch_bounds__(COMB_COLS) mla_mma_combine_kernel(mla_params a, int nsplit)
-{
-	__shared__ float sw[MLA_MAX_SPLIT];
-	__shared__ float red[32];
-	const int h = blockIdx.x, tok = blockIdx.z, tid = threadIdx.x;
-	const int c = blockIdx.y * COMB_COLS + tid;
-	x4p::trigger();
-	x4p::wait();
-	int span, nsp;
-	mla_span(mla_len(a, tok), nsplit, &span, &nsp);
-	float *o = a.ob + ((size_t)tok * a.n_head + h) * a.kv_lora;
-	if (nsp == 0) {
-		if (c < a.kv_lora)
-			o[c] = 0.f;
-		return;
-	}
-	const size_t base = (size_t)tok * nsplit * a.n_head + h;
-	float m = tid < nsp ? a.pm[base + (size_t)tid * a.n_head] : -INFINITY;
-	const float M = block_max(m, red);
-	float w = tid < nsp ? expf(m - M) : 0.f;
-	float lw = tid < nsp ? a.pl[base + (size_t)tid * a.n_head] * w : 0.f;
-	const float L = block_sum(lw, red);
-	if (tid < MLA_MAX_SPLIT)
-		sw[tid] = w;
-	__syncthreads();
-	if (c >= a.kv_lora)
-		return;
-	const float inv = 1.0f / L;
-	const float *p = a.pacc + base * a.kv_lora + c;
-	const size_t stride = (size_t)a.n_head * a.kv_lora;
-	float t = 0;
-	for (int i0 = 0; i0 < nsp; i0 += 8) {
-		float pv[8];
-#pragma unroll
-		for (int j = 0; j < 8; j++)
-			pv[j] = i0 + j < nsp ? __ldg(p + (size_t)(i0 + j) * stride) : 0.f;
-#pragma unroll
-		for (int j = 0; j < 8; j++)
-			if (i0 + j < nsp)
-				t = fmaf(pv[j], sw[i0 + j], t);
-	}
-	o[c] = t * inv;
-}
-
 /* x4k_mla_decode's arguments and contract (one token at *pos over rows
  * [0, *pos], ws of x4k_mla_decode_workspace_bytes), for the model's shape
  * alone; 0 on success, else what is wrong (nothing launched). */
@@ -511,7 +464,7 @@ static const char *mla_mma_decode(int n_head, int kv_lora, int d_rope, const flo
 		return "mla_mma_decode: attention launch failed";
 	if (nsplit == 1)
 		return 0;
-	x4p::launch(mla_mma_combine_kernel, dim3(n_head, KV / COMB_COLS, 1), dim3(COMB_COLS), 0, s, a, nsplit);
+	x4p::launch(mla_combine_kernel, dim3(n_head, KV / MLA_COMB_COLS, 1), dim3(MLA_COMB_COLS), 0, s, a, nsplit);
 	if (cudaGetLastError() != cudaSuccess)
 		return "mla_mma_decode: combine launch failed";
 	return 0;
