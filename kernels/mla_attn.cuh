@@ -69,6 +69,31 @@ struct mla_params {
 	float scale;
 };
 
+/* One decode token's parameters, the partials carved from ws in the layout
+ * x4k_mla_decode_workspace_bytes counts: pm, pl [nsplit][n_head], then pacc
+ * [nsplit][n_head][kv_lora] (both decode kernels write it, the combine reads it). */
+inline mla_params mla_decode_params(const float *qt, const uint16_t *cache, const int *pos,
+				    float *ob, void *ws, int n_head, int kv_lora, int cw,
+				    int max_ctx, float scale, int nsplit)
+{
+	mla_params a;
+	a.qt = qt;
+	a.cache = reinterpret_cast<const __half2 *>(cache);
+	a.pos = pos;
+	a.ob = ob;
+	a.pm = (float *)ws;
+	a.pl = a.pm + (size_t)nsplit * n_head;
+	a.pacc = a.pl + (size_t)nsplit * n_head;
+	if ((uintptr_t)a.pacc % 8) /* float2 stores: 8-byte aligned rows (the +256 covers it) */
+		a.pacc += 1;
+	a.n_head = n_head;
+	a.kv_lora = kv_lora;
+	a.cw = cw;
+	a.max_ctx = max_ctx;
+	a.scale = scale;
+	return a;
+}
+
 __device__ __forceinline__ int mla_len(const mla_params &a, int tok)
 {
 	int len = *a.pos + tok + 1;
@@ -307,8 +332,8 @@ static __global__ void __launch_bounds__(MLA_THREADS) mla_attn_kernel(mla_params
 
 constexpr int MLA_COMB_COLS = 128; /* latent columns a combine block */
 
-/* The decode splits combined (every decode path's second kernel: the
- * library's and the lab's tensor-core variant).  Block (head, 128 columns): the splits' weights exp(m_i - M) and L once
+/* The decode splits combined (every decode path's second kernel: the fp32
+ * one's and the tensor-core one's, mla_mma.cuh).  Block (head, 128 columns): the splits' weights exp(m_i - M) and L once
  * (nsp <= MLA_MAX_SPLIT <= blockDim), then a thread a column summing the
  * splits in split order, eight loads in flight. */
 static __global__ void __launch_bounds__(MLA_COMB_COLS)
@@ -354,6 +379,15 @@ mla_combine_kernel(mla_params a, int nsplit)
 				t = fmaf(pv[j], sw[i0 + j], t);
 	}
 	o[c] = t * inv;
+}
+
+/* The combine of a decode's nsplit partials into a.ob (both decode paths). */
+inline int mla_combine_launch(const mla_params &a, int nsplit, cudaStream_t s, const char *what,
+			      x4_err *e)
+{
+	dim3 cgrid(a.n_head, (a.kv_lora + MLA_COMB_COLS - 1) / MLA_COMB_COLS, 1);
+	x4p::launch(mla_combine_kernel, cgrid, dim3(MLA_COMB_COLS), 0, s, a, nsplit);
+	return x4_cuda_launched(what, e);
 }
 
 #undef X4C_RS_STEP

@@ -1,11 +1,13 @@
 /*
  * mla_decode.cu - decode attention over the fp16 latent cache, split across
  * the SMs (flash-decoding; the core is mla_attn.cuh), and the kernel that
- * combines the splits' partial max, sum and accumulators.  The grid is fixed
+ * combines the splits' partial max, sum and accumulators; and the tensor-core
+ * variant of the same contract (mla_mma.cuh, x4k_mla_decode_mma).  The grid is fixed
  * by max_ctx; the context length comes from *pos on the device, so one graph
  * serves every step.
  */
 #include "mla_attn.cuh"
+#include "mla_mma.cuh"
 
 using namespace x4c;
 
@@ -34,27 +36,20 @@ extern "C" int x4k_mla_decode(int n_head, int kv_lora, int d_rope, const float *
 		return x4_err_set(e, X4_EINVAL, "x4k_mla_decode: workspace of %zu bytes, %zu needed",
 				  ws_bytes, need);
 	const int nsplit = mla_nsplit(max_ctx);
-	mla_params a;
-	a.qt = qt;
-	a.cache = reinterpret_cast<const __half2 *>(cache);
-	a.pos = pos;
-	a.ob = ob;
-	a.pm = (float *)ws;
-	a.pl = a.pm + (size_t)nsplit * n_head;
-	a.pacc = a.pl + (size_t)nsplit * n_head;
-	if ((uintptr_t)a.pacc % 8) /* float2 stores: 8-byte aligned rows (the +256 covers it) */
-		a.pacc += 1;
-	a.n_head = n_head;
-	a.kv_lora = kv_lora;
-	a.cw = cw;
-	a.max_ctx = max_ctx;
-	a.scale = kq_scale;
+	mla_params a = mla_decode_params(qt, cache, pos, ob, ws, n_head, kv_lora, cw, max_ctx,
+					  kq_scale, nsplit);
 	dim3 grid(nsplit, (n_head + MLA_HG - 1) / MLA_HG, 1);
 	X4C_MLA_CPI_SWITCH(cw, CPI, x4p::launch(mla_attn_kernel<CPI>, grid, dim3(MLA_THREADS), mla_smem_bytes(cw), s, a));
 	int rc = x4_cuda_launched("x4k_mla_decode: attention", e);
 	if (rc || nsplit == 1)
 		return rc;
-	dim3 cgrid(n_head, (kv_lora + MLA_COMB_COLS - 1) / MLA_COMB_COLS, 1);
-	x4p::launch(mla_combine_kernel, cgrid, dim3(MLA_COMB_COLS), 0, s, a, nsplit);
-	return x4_cuda_launched("x4k_mla_decode: combine", e);
+	return mla_combine_launch(a, nsplit, s, "x4k_mla_decode: combine", e);
+}
+
+extern "C" int x4k_mla_decode_mma(int n_head, int kv_lora, int d_rope, const float *qt,
+				  const uint16_t *cache, int max_ctx, const int *pos, float kq_scale,
+				  float *ob, void *ws, size_t ws_bytes, cudaStream_t s, x4_err *e)
+{
+	return mla_mma::mla_mma_decode<2>(n_head, kv_lora, d_rope, qt, cache, max_ctx, pos, kq_scale,
+					  ob, ws, ws_bytes, s, e);
 }

@@ -488,6 +488,14 @@ enum x4_prec { X4_PREC_F32 = 0, X4_PREC_F64 = 1 };
  * the numpy oracle's kv='f16'); EXACT keeps the arithmetic's width (F32 +
  * EXACT isolates the arithmetic from the cache's rounding in comparisons). */
 enum x4_kv { X4_KV_DEFAULT = 0, X4_KV_F16 = 1, X4_KV_EXACT = 2 };
+/* The GPU's decode attention (one token a step; prefill has one kernel):
+ * FP32 the fp32 kernel (the default, the golden digests' bits), MMA the
+ * tensor-core kernel (docs/numerics.md 1.7: fp32-accurate products from
+ * split fp16 operands, not the same bits), an option until priced.  MMA
+ * needs sm_80 or newer and the model's attention shape (heads a multiple
+ * of 16, kv_lora 512, rope 64): a trunk refuses it elsewhere (X4_EINVAL).
+ * The CPU trunk has one attention and ignores it, as it does hc_eager. */
+enum x4_attn { X4_ATTN_FP32 = 0, X4_ATTN_MMA = 1 };
 
 typedef struct x4_trunk_opts {
 	int device;        /* -1 CPU, >= 0 the CUDA ordinal */
@@ -504,6 +512,7 @@ typedef struct x4_trunk_opts {
 	bool pdl;          /* GPU, sm_90 and later: programmatic dependent launch (each kernel
 	                      issues its weight loads before it waits for its input);
 	                      on by default */
+	int attn;          /* GPU: enum x4_attn, the decode attention's kernel (fp32 by default) */
 	bool no_reserve;   /* GPU, a load option: plan to the last byte, keeping none of
 	                      X4_MEM_RESERVE_BYTES free (x4-ceiling's hardware edge; never
 	                      for serving: the context's own growth then lands in a request) */
@@ -518,7 +527,7 @@ typedef struct x4_trunk x4_trunk;
 int x4_trunk_create(x4_trunk **t, const x4_model *m, const x4_trunk_opts *o, x4_err *e);
 void x4_trunk_free(x4_trunk *t);
 /* Apply new request options (resid, prec, threads, prefill_chunk, hc_eager,
- * kv, sublayer, no_graph, max_ctx) to a trunk without loading the weights
+ * kv, sublayer, no_graph, pdl, attn, max_ctx) to a trunk without loading the weights
  * again: the cache and the workspaces are made anew for them and the
  * context is reset.  The load options (device, mem_limit, no_reserve) cannot change:
  * X4_EINVAL names the option and says that it needs the weights reloaded.
@@ -824,7 +833,7 @@ int x4_session_generate(x4_session *s, const x4_request *r, x4_gen_stats *st, x4
  * (docs/serving.md, "The prefix store").  An entry is keyed by its token
  * ids and by the trunk options that change the rows' values or layout (the
  * checkpoint, the device, resid, sublayer, prec, the cache's rounding, the
- * GPU's hc_eager; not max_ctx, threads, the chunk, the graph or pdl: see
+ * GPU's hc_eager and attn; not max_ctx, threads, the chunk, the graph or pdl: see
  * lib/run/trunk.c); rows are held in host memory.  An entry costs n positions
  * * (x4_trunk_cache_row_bytes + 4) bytes; one larger than the budget is not
  * kept; an entry whose ids begin another's replaces it.  Not thread-safe:

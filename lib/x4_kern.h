@@ -332,6 +332,15 @@ int x4k_mla_expand_v(int n_tok, int n_head, int kv_lora, int d_v, const uint16_t
 int x4k_mla_decode(int n_head, int kv_lora, int d_rope, const float *qt, const uint16_t *cache,
 		   int max_ctx, const int *pos, float kq_scale, float *ob, void *ws,
 		   size_t ws_bytes, cudaStream_t s, x4_err *e);
+/* x4k_mla_decode on the tensor cores (kernels/mla_mma.cuh; the trunk's
+ * `attn` option, X4_ATTN_MMA): the same arguments, workspace and partial
+ * layout, not the same bits (docs/numerics.md 1.7).  The model's shape only
+ * (heads a multiple of 16, kv_lora 512, rope 64) on sm_80 or newer (the
+ * compute capability read on the host); otherwise X4_EINVAL, saying which,
+ * and nothing launched. */
+int x4k_mla_decode_mma(int n_head, int kv_lora, int d_rope, const float *qt,
+		       const uint16_t *cache, int max_ctx, const int *pos, float kq_scale,
+		       float *ob, void *ws, size_t ws_bytes, cudaStream_t s, x4_err *e);
 /* Prefill attention for n_tok tokens at *pos + t, each over rows
  * [0, *pos + t] (causal; the chunk's own rows already stored). */
 int x4k_mla_prefill(int n_tok, int n_head, int kv_lora, int d_rope, const float *qt,

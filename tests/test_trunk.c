@@ -472,6 +472,45 @@ static void test_model_trunk(void)
 		x4_trunk_free(b);
 	}
 
+	/* The decode attention's option (x4_trunk_opts.attn, --attn): the CPU
+	 * has one attention and runs mma as fp32, the same bits; a value out of
+	 * the enum is refused; on a GPU the tensor-core kernel takes the
+	 * model's shape only, refused for tiny's (4 heads, kv_lora 64) before
+	 * any device is opened, so on any machine. */
+	{
+		x4_trunk_opts o;
+		x4_trunk_opts_default(&o);
+		T_OK(o.attn == X4_ATTN_FP32, "attn: fp32 by default", "default %d", o.attn);
+		o.max_ctx = 128;
+		o.threads = 2;
+		x4_trunk *a = NULL, *b = NULL;
+		int r = x4_trunk_create(&a, m, &o, &e);
+		o.attn = X4_ATTN_MMA;
+		if (!r)
+			r = x4_trunk_create(&b, m, &o, &e);
+		if (!r)
+			r = x4_trunk_forward(a, ids, NP, lx, false, &e) ||
+			    x4_trunk_forward(b, ids, NP, ly, false, &e);
+		T_OK(!r && !memcmp(lx, ly, sizeof(float) * (size_t)V), "attn: mma on the CPU is its one attention",
+		     "%s", r ? e.msg : "other logits");
+		o.attn = 5;
+		r = x4_trunk_configure(a, &o, &e);
+		T_OK(r == X4_EINVAL && strstr(e.msg, "not one of fp32, mma"), "attn: 5 refused",
+		     "rc %d: %s", r, e.msg);
+		o.attn = X4_ATTN_MMA;
+		r = x4_trunk_configure(a, &o, &e);
+		T_OK(!r && x4_trunk_get_opts(a)->attn == X4_ATTN_MMA, "attn: configured to mma on the CPU",
+		     "rc %d: %s", r, e.msg);
+		x4_trunk *g = NULL;
+		o.device = 0;
+		r = x4_trunk_create(&g, m, &o, &e);
+		T_OK(r == X4_EINVAL && !g && strstr(e.msg, "--attn mma: the tensor-core attention takes "
+						     "the model's shape: heads a multiple of 16"),
+		     "attn: mma refused for tiny's shape on a GPU", "rc %d: %s", r, e.msg);
+		x4_trunk_free(a);
+		x4_trunk_free(b);
+	}
+
 	x4_trunk *trunks[] = { t64, t32, t1, t2, tf, ts, th, tb };
 	for (size_t i = 0; i < sizeof trunks / sizeof trunks[0]; i++)
 		x4_trunk_free(trunks[i]);

@@ -48,6 +48,14 @@ check bench.tsv.provenance $? "a row lacks the fingerprint, types, device or con
 r=$(ratio "$tmp/p.tsv" ratio)
 check bench.f64_slower $( [ "$rc" = 0 ] && inrange "$r" 0 0.9; echo $?) "exit $rc, b/a '$r' (f64 should be slower)"
 
+# The settings column names the decode attention (n/a on the CPU, which has
+# one), and the options column each arm's --attn: the command that prices it
+# on a GPU (-a "--attn fp32" -b "--attn mma") runs here as two like arms.
+"$BENCH" --prompt-tokens 8 -n 4 --pairs 1 --warmup 0 --threads 1 -a "--attn fp32" -b "--attn mma" \
+	>"$tmp/at.tsv" 2>"$tmp/at.err"; rc=$?
+awk -F'\t' '$1 == "run" && $3 == "b" && $NF ~ /(^| )attn=n\/a( |$)/ && $(NF-1) == "--attn mma" { ok = 1 } END { exit !ok }' "$tmp/at.tsv"
+check bench.attn_arms $((rc != 0 || $? != 0)) "exit $rc: $(tail -c 300 "$tmp/at.err") $(awk -F'\t' '$1 == "run"' "$tmp/at.tsv" | head -1)"
+
 # JSON: one object with the arms, the runs, the ratio and the verdict.
 "$BENCH" --prompt-tokens 8 -n 4 --pairs 1 --warmup 0 --threads 1 -a "" -b "--resid bf16" --json \
 	>"$tmp/j" 2>"$tmp/j.err"; rc=$?

@@ -106,7 +106,8 @@ check run.seed.matters $([ "$a" != "$c" ]; echo $?) "seeds 7 and 8 gave the same
 for args in "-n abc" "-n 5x" "-n -1" "--temperature hot" "--top-p 2" "--top-k 1.5" \
 	"--tokens 1,,2" "--tokens 1,a" "-s -1" "--threads x" "--max-model-len 0" \
 	"--device gpu" "--resid f8" "--system hi" "--no-such-flag" "--hc lazy" "--kv-cache f8" \
-	"--gpu-memory 0" "--gpu-memory 12X" "--gpu-memory -1G" "--prec f16" "--sublayer f8" "--graph maybe" "--pdl maybe"; do
+	"--gpu-memory 0" "--gpu-memory 12X" "--gpu-memory -1G" "--prec f16" "--sublayer f8" "--graph maybe" "--pdl maybe" \
+	"--attn fp16" "--attn MMA" "--attn"; do
 	# shellcheck disable=SC2086
 	"$RUN" $args </dev/null >"$tmp/out" 2>"$tmp/err"; rc=$?
 	check "run.usage[$args]" $((rc != 2 || $(wc -c <"$tmp/err") == 0)) "exit $rc, stderr '$(head -c 200 "$tmp/err")'"
@@ -232,6 +233,17 @@ check run.sigint_in_prefill $(python3 -c "print(0 if $rc == 130 and $dt < 3 else
 # on the CPU is refused as usage.
 "$RUN" -n 2 </dev/null >/dev/null 2>"$tmp/err"
 grep -q "hc n/a, graph n/a" "$tmp/err"; check run.cpu_stats_no_graph $? "$(head -c 300 "$tmp/err")"
+# --attn picks the GPU's decode attention; the CPU has one: either value runs
+# it (the same tokens), and the stats say n/a, as for the gate.
+"$RUN" -p "Once upon" -n 8 --ignore-eos --json --attn fp32 </dev/null >"$tmp/a1" 2>/dev/null; r1=$?
+"$RUN" -p "Once upon" -n 8 --ignore-eos --json --attn mma </dev/null >"$tmp/a2" 2>"$tmp/err"; r2=$?
+a=$(jget "$tmp/a1" tokens); b=$(jget "$tmp/a2" tokens)
+check run.attn_mma_on_cpu_same_tokens $((r1 != 0 || r2 != 0)) "exit $r1/$r2: $(head -c 200 "$tmp/err")"
+check run.attn_mma_on_cpu_tokens $([ -n "$a" ] && [ "$a" = "$b" ]; echo $?) "'$a' vs '$b'"
+grep -q '"attn":"n/a"' "$tmp/a2"; check run.attn_json_na_on_cpu $? "$(head -c 300 "$tmp/a2")"
+"$RUN" -n 2 --attn mma </dev/null >/dev/null 2>"$tmp/err"
+grep -q "pdl n/a, attn n/a" "$tmp/err"; check run.cpu_stats_attn_na $? "$(head -c 300 "$tmp/err")"
+"$RUN" -h | grep -q -- "--attn A .*fp32 (default) or mma"; check run.help_attn $? "no --attn in the usage"
 "$RUN" -n 2 --gpu-memory 1G </dev/null >/dev/null 2>"$tmp/err"; rc=$?
 check run.gpu_memory_on_cpu $((rc != 2)) "exit $rc: $(head -c 200 "$tmp/err")"
 

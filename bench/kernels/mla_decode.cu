@@ -6,9 +6,10 @@
  * cache, the spans from the context), and a few shapes for the checks
  * (lengths that are not a multiple of 32, one split, a peaked softmax):
  * the splits of 317feb9 (old/mla_317.cuh: at least 128 rows, one dependent
- * load round at a time) against the library's, and the tensor-core variant
- * (mla_mma.cuh, sm_80+) at two pipeline depths: mma (double-buffered) and
- * mma4 (four stages), L2 flushed between repetitions.
+ * load round at a time) against the library's, and the library's
+ * tensor-core variant (kernels/mla_mma.cuh, sm_80+) at two pipeline depths:
+ * mma (double-buffered: x4k_mla_decode_mma, what `--attn mma` runs) and
+ * mma4 (four stages, the same template), L2 flushed between repetitions.
  * Bytes: the cache rows attended (the queries, 74 KB, not counted).
  *
  * Data: cache values N(0, 1) in fp16, queries N(0, 1.2^2) (scores of
@@ -54,8 +55,8 @@ __global__ void lab_fill_normal(float *f, uint16_t *h, size_t n, uint32_t seed, 
 	}
 }
 
-typedef const char *(*mma_fn)(int, int, int, const float *, const uint16_t *, int, const int *, float,
-			       float *, void *, size_t, cudaStream_t);
+typedef int (*mma_fn)(int, int, int, const float *, const uint16_t *, int, const int *, float,
+		      float *, void *, size_t, cudaStream_t, x4_err *);
 
 int main(int argc, char **argv)
 {
@@ -79,7 +80,7 @@ int main(int argc, char **argv)
 	LAB_CK(cudaDeviceSynchronize());
 	x4_err e = { 0 };
 	const struct { const char *name; mma_fn fn; } mmas[] = {
-		{ "mma", mla_mma::mla_mma_decode<2> },
+		{ "mma", x4k_mla_decode_mma },
 		{ "mma4", mla_mma::mla_mma_decode<4> },
 	};
 	bool mma_skip[2] = { false, false }, fail = false;
@@ -119,14 +120,14 @@ int main(int argc, char **argv)
 		for (int v = 0; v < 2; v++) {
 			if (mma_skip[v])
 				continue;
+			x4_err me = { 0 };
 			auto mma = [&] {
 				return mmas[v].fn(n_head, kv_lora, d_rope, q, cache, rows, pos, kq_scale, ob_mma,
-						  ws_mma, wsn, L.s);
+						  ws_mma, wsn, L.s, &me);
 			};
 			LAB_CK(cudaMemset(ob_mma, 0xff, nob * 4)); /* NaN: a value not written shows */
-			const char *err = mma();
-			if (err) {
-				fprintf(stderr, "# %s skipped: %s\n", mmas[v].name, err);
+			if (mma()) {
+				fprintf(stderr, "# %s skipped: %s\n", mmas[v].name, me.msg);
 				mma_skip[v] = true;
 				continue;
 			}
@@ -143,8 +144,7 @@ int main(int argc, char **argv)
 			}
 			const double rel = omax > 0 ? dmax / omax : dmax;
 			lab_row(&L, "mla_decode", mmas[v].name, nm, bytes, lab_time_us(&L, [&] {
-					if (mma())
-						exit(1);
+					LAB_X4(mma(), me);
 				}));
 			LAB_CK(cudaMemcpy(h_again.data(), ob_mma, nob * 4, cudaMemcpyDeviceToHost));
 			const bool same = !memcmp(h_again.data(), h_mma.data(), nob * 4);

@@ -168,6 +168,25 @@ static int open_device(x4_trunk_cuda *t, int ordinal, x4_err *e)
 	return 0;
 }
 
+/* --attn mma on this trunk's device: the tensor-core attention needs sm_80
+ * (the shape was checked by lib/run/trunk.c); checked at create and before a
+ * configure changes anything, not at the first decode step. */
+static int check_attn(const x4_trunk_cuda *t, const x4_trunk_opts *o, x4_err *e)
+{
+	if (o->attn != X4_ATTN_MMA)
+		return 0;
+	int major = 0, minor = 0;
+	X4_CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, t->dev),
+		    "read the device's compute capability", e);
+	X4_CUDA_TRY(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, t->dev),
+		    "read the device's compute capability", e);
+	if (major < 8)
+		return x4_err_set(e, X4_EINVAL, "--attn mma: the tensor-core attention needs sm_80 "
+				  "or newer; %s is sm_%d%d (use --attn fp32)", t->dev_name, major,
+				  minor);
+	return 0;
+}
+
 static double mib(uint64_t b) { return (double)b / MIB; }
 
 /* " (of the 2048 MiB --gpu-memory allows)" when a limit is set, else "". */
@@ -321,7 +340,7 @@ static int create(x4_trunk_cuda *t, x4_err *e)
 {
 	const x4_config *c = t->c;
 	int rc = open_device(t, t->o.device, e);
-	if (rc)
+	if (rc || (rc = check_attn(t, &t->o, e)))
 		return rc;
 	X4_CUDA_TRY(cudaStreamCreate(&t->s), "create the trunk's CUDA stream", e);
 
@@ -411,6 +430,9 @@ int x4_trunk_cuda_create(x4_trunk_cuda **out, const x4_model *m, const x4_trunk_
 int x4_trunk_cuda_configure(x4_trunk_cuda *t, const x4_trunk_opts *o, x4_err *e)
 {
 	X4_CUDA_TRY(cudaSetDevice(t->dev), "select the CUDA device", e);
+	int rc = check_attn(t, o, e);
+	if (rc)
+		return rc;
 	x4_trunk_opts old = t->o;
 	int old_ctx = t->max_ctx;
 	unplan(t);
@@ -422,7 +444,7 @@ int x4_trunk_cuda_configure(x4_trunk_cuda *t, const x4_trunk_opts *o, x4_err *e)
 	 * the narrowest chunk must fit in it, or the old plan is restored. */
 	char note[64];
 	uint64_t free_b = 0, total_b = 0;
-	int rc = usable_free(t, t->weight_bytes, &free_b, &total_b, e);
+	rc = usable_free(t, t->weight_bytes, &free_b, &total_b, e);
 	uint64_t cache = x4_mem_cache_bytes(t->c, t->max_ctx);
 	uint64_t need = x4_mem_ctx_need(t->c, t->max_ctx, reserve(t));
 	if (!rc && need > free_b)

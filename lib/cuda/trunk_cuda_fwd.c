@@ -201,9 +201,10 @@ static int mla(const fwd *f, int b)
 	/* The cache rows [0, chunk position + T) of this layer, fp16. */
 	x4_prof_op_cache(t->prof, X4_PC_ATTN, T == 1 ? "attn_decode" : "attn_prefill",
 			 (uint64_t)cw * sizeof(uint16_t), *t->pos_host + T);
-	if (T == 1)
-		rc = x4k_mla_decode(nh, kvl, dr, w->qt, cache, t->max_ctx, w->pos, c->kq_scale, w->ob,
-				    w->att_ws, w->att_ws_bytes, f->s, f->e);
+	if (T == 1) /* the option's kernel (x4_trunk_opts.attn); both take the same workspace */
+		rc = (t->o.attn == X4_ATTN_MMA ? x4k_mla_decode_mma : x4k_mla_decode)(
+			nh, kvl, dr, w->qt, cache, t->max_ctx, w->pos, c->kq_scale, w->ob, w->att_ws,
+			w->att_ws_bytes, f->s, f->e);
 	else
 		rc = x4k_mla_prefill(T, nh, kvl, dr, w->qt, cache, t->max_ctx, w->pos, c->kq_scale,
 				     w->ob, f->s, f->e);

@@ -57,6 +57,15 @@ static int check_opts(const x4_model *m, const x4_trunk_opts *o, x4_trunk_opts *
 	if (o->threads < 0 || o->prefill_chunk < 0)
 		return x4_err_set(e, X4_EINVAL, "threads (%d) and prefill chunk (%d) must be 0 "
 				  "(automatic) or positive", o->threads, o->prefill_chunk);
+	if (o->attn != X4_ATTN_FP32 && o->attn != X4_ATTN_MMA)
+		return x4_err_set(e, X4_EINVAL, "decode attention %d is not one of fp32, mma", o->attn);
+	/* (the compute capability, sm_80 for mma, is the CUDA trunk's to check) */
+	if (o->device >= 0 && o->attn == X4_ATTN_MMA &&
+	    (c->n_head % 16 || c->kv_lora != 512 || c->d_rope != 64))
+		return x4_err_set(e, X4_EINVAL, "--attn mma: the tensor-core attention takes the "
+				  "model's shape: heads a multiple of 16, kv_lora 512, rope 64; this "
+				  "checkpoint has %d heads, kv_lora %d, rope %d (use --attn fp32)",
+				  c->n_head, c->kv_lora, c->d_rope);
 	if (o->device >= 0 && o->prec == X4_PREC_F64)
 		return x4_err_set(e, X4_EINVAL, "the float64 trunk runs on the CPU only; "
 				  "use --device cpu with it");
@@ -123,8 +132,9 @@ int x4_trunk_configure(x4_trunk *t, const x4_trunk_opts *o, x4_err *e)
 	if (rc)
 		return rc;
 	if (t->cuda) {
-		/* (a change of pdl alone also lands here: the step's graph is
-		 * captured anew with the launches' new attributes) */
+		/* (a change of pdl or attn alone also lands here: the step's
+		 * graph is captured anew with the launches' new attributes or
+		 * the other attention kernel) */
 		rc = x4_trunk_cuda_configure(t->cuda, &r, e);
 	} else {
 		/* The CPU trunk reads the weights in place: a new one costs its
@@ -343,6 +353,9 @@ int x4_trunk_cache_restore(x4_trunk *t, int n, const void *rows, x4_err *e)
  * - hc_eager is the same arithmetic in five launches on the GPU, but not
  *   promised to be the same bits, and the two are compared with each other
  *   (x4-bench-abab): rows of one never stand in for the other's;
+ * - attn, likewise: the tensor-core decode attention is not the fp32
+ *   kernel's bits (docs/numerics.md 1.7), and its output feeds every later
+ *   layer's rows (0 on the CPU, which has one attention);
  * - device: the CPU's rows are floats or doubles and the GPU's fp16, and
  *   another GPU may take other kernels;
  * - not max_ctx (a row does not depend on the cache's size), threads (every
@@ -362,6 +375,7 @@ void x4_trunk_cache_key(const x4_trunk *t, x4_cache_key *k)
 	k->prec = t->cpu ? t->o.prec : X4_PREC_F32;
 	k->kv16 = t->cpu ? t->cpu->kv16 : 1;
 	k->hc_eager = t->cuda ? t->o.hc_eager : 0;
+	k->attn = t->cuda ? t->o.attn : X4_ATTN_FP32;
 	k->row_bytes = x4_trunk_cache_row_bytes(t);
 }
 

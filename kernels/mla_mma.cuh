@@ -1,9 +1,13 @@
 /*
- * mla_mma.cuh - a tensor-core variant of the decode attention
- * (kernels/mla_attn.cuh + kernels/mla_decode.cu), kept in the kernel lab
- * (bench/kernels/mla_decode.cu times it next to the library's and checks
- * it against it).  Not built into the library.  sm_80 and later: on an
- * older device mla_mma_decode returns an error and launches nothing.
+ * mla_mma.cuh - the tensor-core decode attention (x4k_mla_decode_mma,
+ * kernels/mla_decode.cu): x4k_mla_decode's contract and partial layout on
+ * the MMA units, for the model's shape alone.  An option until priced
+ * (x4_trunk_opts.attn, `--attn mma`); its arithmetic and its agreement with
+ * the fp32 kernel are docs/numerics.md 1.7.  The kernel lab
+ * (bench/kernels/mla_decode.cu) times this code at two pipeline depths and
+ * checks it against x4k_mla_decode.  sm_80 and later: the kernel body is
+ * empty below sm_80, and the launcher checks the device's compute
+ * capability on the host and launches nothing on an older one.
  *
  * Shape: the model's alone (16 | n_head, kv_lora 512, d_rope 64: a row of
  * 576 fp16, the cache [max_ctx][576]), one decode token.
@@ -52,6 +56,8 @@
 #define X4_MLA_MMA_CUH
 
 #include <cuda_fp16.h>
+
+#include <atomic>
 
 #include "mla_attn.cuh"
 
@@ -411,63 +417,67 @@ static __global__ void __launch_bounds__(THREADS, 1) mla_mma_kernel(mla_params a
 
 /* x4k_mla_decode's arguments and contract (one token at *pos over rows
  * [0, *pos], ws of x4k_mla_decode_workspace_bytes), for the model's shape
- * alone; 0 on success, else what is wrong (nothing launched). */
+ * alone: 0, or X4_EINVAL (nothing launched) when it cannot run here,
+ * X4_ECUDA when a launch fails.  NSTAGE: tiles in flight (the library's
+ * instance is 2; the lab also times 4, which was no faster). */
 template <int NSTAGE = 2>
-static const char *mla_mma_decode(int n_head, int kv_lora, int d_rope, const float *qt,
-				  const uint16_t *cache, int max_ctx, const int *pos, float kq_scale,
-				  float *ob, void *ws, size_t ws_bytes, cudaStream_t s)
+static int mla_mma_decode(int n_head, int kv_lora, int d_rope, const float *qt,
+			  const uint16_t *cache, int max_ctx, const int *pos, float kq_scale,
+			  float *ob, void *ws, size_t ws_bytes, cudaStream_t s, x4_err *e)
 {
 	if (n_head < HG || n_head % HG || n_head / HG > 65535 || kv_lora != KV || d_rope != ROPE ||
 	    max_ctx < 1)
-		return "mla_mma_decode: shape other than 16k heads, kv_lora 512, rope 64";
+		return x4_err_set(e, X4_EINVAL, "x4k_mla_decode_mma: the tensor-core attention takes "
+				  "the model's shape: heads a multiple of 16, kv_lora 512, rope 64 (not "
+				  "%d heads, kv_lora %d, rope %d; max_ctx %d)", n_head, kv_lora, d_rope,
+				  max_ctx);
 	if (!qt || !cache || !pos || !ob || !ws)
-		return "mla_mma_decode: NULL buffer";
+		return x4_err_set(e, X4_EINVAL, "x4k_mla_decode_mma: NULL buffer");
 	if ((uintptr_t)qt % 8 || (uintptr_t)cache % 16 || (uintptr_t)ob % 8 || (uintptr_t)ws % 8)
-		return "mla_mma_decode: misaligned buffer (cache 16 bytes, the others 8)";
-	if (ws_bytes < x4k_mla_decode_workspace_bytes(n_head, kv_lora, max_ctx))
-		return "mla_mma_decode: workspace too small";
+		return x4_err_set(e, X4_EINVAL, "x4k_mla_decode_mma: misaligned buffer (the cache 16 "
+				  "bytes, the others 8)");
+	const size_t need = x4k_mla_decode_workspace_bytes(n_head, kv_lora, max_ctx);
+	if (ws_bytes < need)
+		return x4_err_set(e, X4_EINVAL, "x4k_mla_decode_mma: workspace of %zu bytes, %zu "
+				  "needed", ws_bytes, need);
 	constexpr size_t smem = smem_bytes<NSTAGE>();
-	static int ready = 0; /* a device of sm_80+ with the shared memory, the attribute set (one device) */
-	if (!ready) {
-		int dev = 0, major = 0, optin = 0;
-		if (cudaGetDevice(&dev) != cudaSuccess ||
-		    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-		    cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
-			return "mla_mma_decode: no device";
+	/* the devices found able (sm_80+, the shared memory, the attribute set):
+	 * a bit an ordinal below 64, each checked once */
+	static std::atomic<unsigned long long> ready{ 0 };
+	int dev = 0;
+	if (cudaGetDevice(&dev) != cudaSuccess) {
+		(void)cudaGetLastError();
+		return x4_err_set(e, X4_ECUDA, "x4k_mla_decode_mma: no current CUDA device");
+	}
+	const unsigned long long bit = dev < 64 ? 1ull << dev : 0;
+	if (!bit || !(ready.load() & bit)) {
+		int major = 0, minor = 0, optin = 0;
+		if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+		    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess ||
+		    cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) !=
+			    cudaSuccess) {
+			(void)cudaGetLastError();
+			return x4_err_set(e, X4_ECUDA, "x4k_mla_decode_mma: read cuda:%d's attributes", dev);
+		}
 		if (major < 8)
-			return "mla_mma_decode: needs sm_80 or later";
+			return x4_err_set(e, X4_EINVAL, "x4k_mla_decode_mma: the tensor-core attention "
+					  "needs sm_80 or newer; cuda:%d is sm_%d%d", dev, major, minor);
 		if ((size_t)optin < smem)
-			return "mla_mma_decode: not enough shared memory a block for NSTAGE";
-		if (cudaFuncSetAttribute(mla_mma_kernel<NSTAGE>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-					 (int)smem) != cudaSuccess)
-			return "mla_mma_decode: cudaFuncSetAttribute failed";
-		ready = 1;
+			return x4_err_set(e, X4_EINVAL, "x4k_mla_decode_mma: %zu bytes of shared memory "
+					  "a block needed, cuda:%d allows %d", smem, dev, optin);
+		X4_CUDA_TRY(cudaFuncSetAttribute(mla_mma_kernel<NSTAGE>,
+						 cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
+			    "x4k_mla_decode_mma: set the kernel's shared memory", e);
+		ready.fetch_or(bit);
 	}
 	const int nsplit = mla_nsplit(max_ctx);
-	mla_params a;
-	a.qt = qt;
-	a.cache = reinterpret_cast<const __half2 *>(cache);
-	a.pos = pos;
-	a.ob = ob;
-	a.pm = (float *)ws;
-	a.pl = a.pm + (size_t)nsplit * n_head;
-	a.pacc = a.pl + (size_t)nsplit * n_head;
-	if ((uintptr_t)a.pacc % 8)
-		a.pacc += 1;
-	a.n_head = n_head;
-	a.kv_lora = kv_lora;
-	a.cw = CW;
-	a.max_ctx = max_ctx;
-	a.scale = kq_scale;
+	const mla_params a = mla_decode_params(qt, cache, pos, ob, ws, n_head, kv_lora, CW, max_ctx,
+					       kq_scale, nsplit);
 	x4p::launch(mla_mma_kernel<NSTAGE>, dim3(nsplit, n_head / HG, 1), dim3(THREADS), smem, s, a);
-	if (cudaGetLastError() != cudaSuccess)
-		return "mla_mma_decode: attention launch failed";
-	if (nsplit == 1)
-		return 0;
-	x4p::launch(mla_combine_kernel, dim3(n_head, KV / MLA_COMB_COLS, 1), dim3(MLA_COMB_COLS), 0, s, a, nsplit);
-	if (cudaGetLastError() != cudaSuccess)
-		return "mla_mma_decode: combine launch failed";
-	return 0;
+	int rc = x4_cuda_launched("x4k_mla_decode_mma: attention", e);
+	if (rc || nsplit == 1)
+		return rc;
+	return mla_combine_launch(a, nsplit, s, "x4k_mla_decode_mma: combine", e);
 }
 
 } /* namespace mla_mma */
