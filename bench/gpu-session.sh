@@ -32,6 +32,9 @@
 #   client against x4-run (SERVE_ROUNDS, default 3); serve-chat: only its
 #   closing chat.  serve-test: tests/gpu_serve.sh alone.  prefill-profile:
 #   x4-profile --prefill on the full preset at PREFILL_P (default "512 4096").
+#   ncu: Nsight Compute's report on a lab program's kernels (NCU_PROG,
+#   NCU_ARGS, NCU_KERNELS, NCU_COUNT; default the experts' kernels of
+#   build/bench/moe): a profiled run, never a speed.
 # Logs and tables go to $OUT (or build/gpu-out when OUT is unset).
 set -u
 # The device tool brings back at most 8 files from $OUT: everything is
@@ -226,6 +229,20 @@ PY
 		echo "serve.sh rc $?" | tee -a "$OUT/session.log"
 		grep '^median' "$OUT/serve.tsv" | tee -a "$OUT/session.log"
 		tee -a "$OUT/session.log" <"$OUT/serve.err";;
+	ncu)
+		# Nsight Compute on one lab program's kernels (the hardware counters:
+		# a machine on Firecracker has them, gVisor not; the clocks left alone).
+		# NCU_PROG (default moe) with NCU_ARGS (default new), kernels matching
+		# NCU_KERNELS (default regex:moe_), NCU_COUNT launches (default 3);
+		# the report as text (speed of light, memory, warp stalls, launch).
+		log "ncu on build/bench/${NCU_PROG:-moe}"
+		make -s -j16 bench-kernels CUDA_ARCH=90 >"$OUT/ncu-build.log" 2>&1 || { tail "$OUT/ncu-build.log"; exit 1; }
+		# shellcheck disable=SC2086
+		timeout 400 ncu --clock-control none --kernel-name "${NCU_KERNELS:-regex:moe_}" \
+			--launch-count "${NCU_COUNT:-3}" --section SpeedOfLight --section MemoryWorkloadAnalysis \
+			--section WarpStateStats --section LaunchStats --section Occupancy \
+			build/bench/${NCU_PROG:-moe} ${NCU_ARGS:-new} >"$OUT/ncu-${NCU_PROG:-moe}.txt" 2>&1
+		echo "ncu rc $?: $(grep -c 'Duration' "$OUT/ncu-${NCU_PROG:-moe}.txt") kernels reported" | tee -a "$OUT/session.log";;
 	*) echo "unknown step $s"; exit 2;;
 	esac
 done
