@@ -60,6 +60,33 @@ static void hc_free(struct hc_data *d)
 	free(d->scale);
 }
 
+/* d's inputs on the device, the outputs poisoned, and a zeroed workspace
+ * (as the header asks) for ws_tok tokens. */
+struct hc_dev {
+	float *H, *y, *cp, *base, *scale, *Ho, *x, *cf;
+	void *fn, *ws;
+	size_t wsb;
+};
+
+static void hc_dev_make(struct hc_dev *v, const struct hc_data *d, int ws_tok)
+{
+	size_t nH = d->K * d->n_tok, nx = (size_t)d->c.D * d->n_tok, ncf = (size_t)d->nc * d->n_tok;
+	v->H = dput(d->H, nH * 4), v->y = dput(d->y, nx * 4), v->cp = dput(d->cp, ncf * 4);
+	v->fn = dput(d->fn, (size_t)d->nc * d->K * 2);
+	v->base = dput(d->base, (size_t)d->nc * 4), v->scale = dput(d->scale, 12);
+	v->Ho = dpoison(nH * 4), v->x = dpoison(nx * 4), v->cf = dpoison(ncf * 4);
+	v->wsb = x4k_hc_workspace_bytes(&d->c, ws_tok);
+	v->ws = dpoison(v->wsb);
+	cudaMemset(v->ws, 0, v->wsb);
+}
+
+static void hc_dev_free(struct hc_dev *v)
+{
+	x4_dev_free(v->H), x4_dev_free(v->y), x4_dev_free(v->cp), x4_dev_free(v->fn);
+	x4_dev_free(v->base), x4_dev_free(v->scale), x4_dev_free(v->Ho), x4_dev_free(v->x);
+	x4_dev_free(v->cf), x4_dev_free(v->ws);
+}
+
 /* One shape: the fused and eager paths, with and without the fused update,
  * against the reference and against each other; two fused calls give the
  * same bits (the split's counter is reset). */
@@ -69,13 +96,8 @@ static void hc_case(int n_hc, int D, int n_tok, float comb_scale, uint64_t sd)
 	hc_make(&d, n_hc, D, n_tok, comb_scale, sd);
 	int nc = d.nc;
 	size_t K = d.K, nH = K * n_tok, nx = (size_t)D * n_tok, ncf = (size_t)nc * n_tok;
-	float *dH = dput(d.H, nH * 4), *dy = dput(d.y, nx * 4), *dcp = dput(d.cp, ncf * 4);
-	void *dfn = dput(d.fn, (size_t)nc * K * 2);
-	float *dbase = dput(d.base, (size_t)nc * 4), *dscale = dput(d.scale, 12);
-	float *dHo = dpoison(nH * 4), *dx = dpoison(nx * 4), *dcf = dpoison(ncf * 4);
-	size_t wsb = x4k_hc_workspace_bytes(&d.c, n_tok);
-	void *ws = dpoison(wsb);
-	cudaMemset(ws, 0, wsb); /* zeroed once, as the header asks */
+	struct hc_dev v;
+	hc_dev_make(&v, &d, n_tok);
 	float *rx = hmalloc(nx * 4), *rcf = hmalloc(ncf * 4), *rHo = hmalloc(nH * 4);
 	float *xmag = hmalloc(nx * 4), *hmag = hmalloc(nH * 4);
 	float *gx[2][2], *gcf[2][2], *gHo = hmalloc(nH * 4);
@@ -99,16 +121,16 @@ static void hc_case(int n_hc, int D, int n_tok, float comb_scale, uint64_t sd)
 			snprintf(shape, sizeof shape, "n_hc %d D %d tokens %d comb-scale %g %s%s", n_hc,
 				 D, n_tok, comb_scale, eager ? "eager" : "fused",
 				 upd ? " +update" : "");
-			poison(dHo, nH * 4);
-			poison(dx, nx * 4);
-			poison(dcf, ncf * 4);
-			int rc = x4k_hc_pre(&d.c, n_tok, dH, dfn, dbase, dscale, upd ? dy : NULL,
-					    upd ? dcp : NULL, dHo, dx, dcf, eager, ws, wsb, st, &err);
+			poison(v.Ho, nH * 4);
+			poison(v.x, nx * 4);
+			poison(v.cf, ncf * 4);
+			int rc = x4k_hc_pre(&d.c, n_tok, v.H, v.fn, v.base, v.scale, upd ? v.y : NULL,
+					    upd ? v.cp : NULL, v.Ho, v.x, v.cf, eager, v.ws, v.wsb, st, &err);
 			T_OK(rc == 0, "hc_pre launch", "%s: %s", shape, err.msg);
 			gx[upd][eager] = hmalloc(nx * 4);
 			gcf[upd][eager] = hmalloc(ncf * 4);
-			dget(gx[upd][eager], dx, nx * 4);
-			dget(gcf[upd][eager], dcf, ncf * 4);
+			dget(gx[upd][eager], v.x, nx * 4);
+			dget(gcf[upd][eager], v.cf, ncf * 4);
 			/* fp32 (docs/numerics.md 4: 1e-5).  Coefficients: pre and comb lie in
 			 * [0, 1] with sums near 1, post in (0, 2): error against
 			 * max(1, |r|).  Collapse: against sum_s |pre h|. */
@@ -119,17 +141,17 @@ static void hc_case(int n_hc, int D, int n_tok, float comb_scale, uint64_t sd)
 			free(one);
 			check("hc collapse", shape, gx[upd][eager], rx, xmag, nx, 1e-5, 1e-30, ELEM);
 			if (upd) {
-				dget(gHo, dHo, nH * 4);
+				dget(gHo, v.Ho, nH * 4);
 				check("hc fused update", shape, gHo, rHo, hmag, nH, 1e-5, 1e-30, ELEM);
 			}
 			if (!eager) { /* again: the same bits, and the counter was reset */
 				float *x2 = hmalloc(nx * 4), *c2 = hmalloc(ncf * 4);
-				poison(dx, nx * 4);
-				poison(dcf, ncf * 4);
-				x4k_hc_pre(&d.c, n_tok, dH, dfn, dbase, dscale, upd ? dy : NULL,
-					   upd ? dcp : NULL, dHo, dx, dcf, false, ws, wsb, st, &err);
-				dget(x2, dx, nx * 4);
-				dget(c2, dcf, ncf * 4);
+				poison(v.x, nx * 4);
+				poison(v.cf, ncf * 4);
+				x4k_hc_pre(&d.c, n_tok, v.H, v.fn, v.base, v.scale, upd ? v.y : NULL,
+					   upd ? v.cp : NULL, v.Ho, v.x, v.cf, false, v.ws, v.wsb, st, &err);
+				dget(x2, v.x, nx * 4);
+				dget(c2, v.cf, ncf * 4);
 				T_OK(!memcmp(x2, gx[upd][0], nx * 4) && !memcmp(c2, gcf[upd][0], ncf * 4),
 				     "hc fused twice", "%s: a second call gave other bits", shape);
 				free(x2);
@@ -154,10 +176,10 @@ static void hc_case(int n_hc, int D, int n_tok, float comb_scale, uint64_t sd)
 		char shape[128];
 		snprintf(shape, sizeof shape, "n_hc %d D %d tokens %d", n_hc, D, n_tok);
 		x4r_hc_post(&d.c, n_tok, d.cp, d.y, d.H, rHo);
-		poison(dHo, nH * 4);
-		int rc = x4k_hc_post(&d.c, n_tok, dcp, dy, dH, dHo, st, &err);
+		poison(v.Ho, nH * 4);
+		int rc = x4k_hc_post(&d.c, n_tok, v.cp, v.y, v.H, v.Ho, st, &err);
 		T_OK(rc == 0, "hc_post launch", "%s: %s", shape, err.msg);
-		dget(gHo, dHo, nH * 4);
+		dget(gHo, v.Ho, nH * 4);
 		check("hc_post", shape, gHo, rHo, hmag, nH, 1e-5, 1e-30, ELEM);
 	}
 
@@ -166,16 +188,7 @@ static void hc_case(int n_hc, int D, int n_tok, float comb_scale, uint64_t sd)
 			free(gx[u][g]);
 			free(gcf[u][g]);
 		}
-	x4_dev_free(dH);
-	x4_dev_free(dy);
-	x4_dev_free(dcp);
-	x4_dev_free(dfn);
-	x4_dev_free(dbase);
-	x4_dev_free(dscale);
-	x4_dev_free(dHo);
-	x4_dev_free(dx);
-	x4_dev_free(dcf);
-	x4_dev_free(ws);
+	hc_dev_free(&v);
 	free(rx);
 	free(rcf);
 	free(rHo);
@@ -198,17 +211,12 @@ static void hc_orientation(void)
 		for (int b = 0; b < n; b++)
 			d.base[2 * n + a * n + b] = b == (a + 1) % n ? 6.f : -6.f;
 	size_t K = d.K;
-	float *dH = dput(d.H, K * 4), *dy = dput(d.y, (size_t)D * 4);
-	void *dfn = dput(d.fn, (size_t)d.nc * K * 2);
-	float *dbase = dput(d.base, (size_t)d.nc * 4), *dscale = dput(d.scale, 12);
-	float *dHo = dpoison(K * 4), *dx = dpoison((size_t)D * 4), *dcf = dpoison((size_t)d.nc * 4);
-	size_t wsb = x4k_hc_workspace_bytes(&d.c, 1);
-	void *ws = dpoison(wsb);
-	cudaMemset(ws, 0, wsb);
-	x4k_hc_pre(&d.c, 1, dH, dfn, dbase, dscale, NULL, NULL, dHo, dx, dcf, false, ws, wsb, st,
+	struct hc_dev v;
+	hc_dev_make(&v, &d, 1);
+	x4k_hc_pre(&d.c, 1, v.H, v.fn, v.base, v.scale, NULL, NULL, v.Ho, v.x, v.cf, false, v.ws, v.wsb, st,
 		   &err);
 	float cf[X4K_HC_NCOEF(4)];
-	dget(cf, dcf, sizeof cf);
+	dget(cf, v.cf, sizeof cf);
 	bool ok = true;
 	for (int a = 0; a < n; a++)
 		ok = ok && cf[2 * n + a * n + (a + 1) % n] > 0.99f && cf[2 * n + ((a + 1) % n) * n + a] < 0.01f;
@@ -216,8 +224,8 @@ static void hc_orientation(void)
 	     "got C[0][1] %g C[1][0] %g", cf[2 * n + 1], cf[2 * n + 4]);
 	/* the update with this C: H'[d] = post[d] y + H[d+1] */
 	float *got = hmalloc(K * 4), *ref = hmalloc(K * 4);
-	x4k_hc_post(&d.c, 1, dcf, dy, dH, dHo, st, &err);
-	dget(got, dHo, K * 4);
+	x4k_hc_post(&d.c, 1, v.cf, v.y, v.H, v.Ho, st, &err);
+	dget(got, v.Ho, K * 4);
 	x4r_hc_post(&d.c, 1, cf, d.y, d.H, ref);
 	double far = 0;
 	for (int a = 0; a < n; a++)
@@ -231,15 +239,7 @@ static void hc_orientation(void)
 	check("hc comb orientation (update)", "n_hc 4 D 64", got, ref, NULL, K, 1e-5, 1e-6, ELEM);
 	T_OK(far > 0.5, "hc comb not transposed", "seed 41: the output is within %g of the "
 	     "transposed reading", far);
-	x4_dev_free(dH);
-	x4_dev_free(dy);
-	x4_dev_free(dfn);
-	x4_dev_free(dbase);
-	x4_dev_free(dscale);
-	x4_dev_free(dHo);
-	x4_dev_free(dx);
-	x4_dev_free(dcf);
-	x4_dev_free(ws);
+	hc_dev_free(&v);
 	free(got);
 	free(ref);
 	hc_free(&d);
@@ -264,32 +264,18 @@ static void hc_ws_serves_fewer(void)
 	const int n_tok = 8;
 	hc_make(&d, n_hc, D, n_tok, 1.5f, 58);
 	size_t K = d.K, nH = K * n_tok, nx = (size_t)D * n_tok, ncf = (size_t)d.nc * n_tok;
-	float *dH = dput(d.H, nH * 4), *dy = dput(d.y, nx * 4), *dcp = dput(d.cp, ncf * 4);
-	void *dfn = dput(d.fn, (size_t)d.nc * K * 2);
-	float *dbase = dput(d.base, (size_t)d.nc * 4), *dscale = dput(d.scale, 12);
-	float *dHo = dpoison(nH * 4), *dx = dpoison(nx * 4), *dcf = dpoison(ncf * 4);
-	size_t wsb = x4k_hc_workspace_bytes(&d.c, 16);
-	void *ws = dpoison(wsb);
-	cudaMemset(ws, 0, wsb);
+	struct hc_dev v;
+	hc_dev_make(&v, &d, 16);
 	float *rx = hmalloc(nx * 4), *rcf = hmalloc(ncf * 4), *rHo = hmalloc(nH * 4);
 	float *xmag = hmalloc(nx * 4), *gx = hmalloc(nx * 4);
 	x4r_hc_pre(&d.c, n_tok, d.H, d.fn, d.base, d.scale, d.y, d.cp, rHo, rx, rcf, xmag);
-	int rc = x4k_hc_pre(&d.c, n_tok, dH, dfn, dbase, dscale, dy, dcp, dHo, dx, dcf, false, ws,
-			    wsb, st, &err);
+	int rc = x4k_hc_pre(&d.c, n_tok, v.H, v.fn, v.base, v.scale, v.y, v.cp, v.Ho, v.x, v.cf, false, v.ws,
+			    v.wsb, st, &err);
 	T_OK(rc == 0, "hc_pre in a 16-token workspace", "8 tokens, D %d: %s", D, rc ? err.msg : "");
-	dget(gx, dx, nx * 4);
+	dget(gx, v.x, nx * 4);
 	check("hc collapse in a 16-token workspace", "n_hc 4 D 3584 tokens 8 +update", gx, rx,
 	      xmag, nx, 1e-5, 1e-30, ELEM);
-	x4_dev_free(dH);
-	x4_dev_free(dy);
-	x4_dev_free(dcp);
-	x4_dev_free(dfn);
-	x4_dev_free(dbase);
-	x4_dev_free(dscale);
-	x4_dev_free(dHo);
-	x4_dev_free(dx);
-	x4_dev_free(dcf);
-	x4_dev_free(ws);
+	hc_dev_free(&v);
 	free(rx);
 	free(rcf);
 	free(rHo);
@@ -311,15 +297,9 @@ static void hc_norm_case(int n_hc, int D, int n_tok, bool eager, uint64_t sd)
 	snprintf(shape, sizeof shape, "n_hc %d D %d tokens %d %s +update +norm", n_hc, D, n_tok,
 		 eager ? "eager" : "fused");
 	float *g = fvec((size_t)D, 0.5f, 1.5f);
-	float *dH = dput(d.H, nH * 4), *dy = dput(d.y, nx * 4), *dcp = dput(d.cp, ncf * 4);
-	void *dfn = dput(d.fn, (size_t)d.nc * K * 2);
-	float *dbase = dput(d.base, (size_t)d.nc * 4), *dscale = dput(d.scale, 12);
-	float *dg = dput(g, (size_t)D * 4);
-	float *dHo = dpoison(nH * 4), *dx = dpoison(nx * 4), *dcf = dpoison(ncf * 4);
-	float *dxh = dpoison(nx * 4);
-	size_t wsb = x4k_hc_workspace_bytes(&d.c, n_tok);
-	void *ws = dpoison(wsb);
-	cudaMemset(ws, 0, wsb);
+	struct hc_dev v;
+	hc_dev_make(&v, &d, n_tok);
+	float *dg = dput(g, (size_t)D * 4), *dxh = dpoison(nx * 4);
 	float *rx = hmalloc(nx * 4), *rcf = hmalloc(ncf * 4), *rHo = hmalloc(nH * 4);
 	float *xmag = hmalloc(nx * 4), *rxh = hmalloc(nx * 4), *mag = hmalloc(nx * 4);
 	float *gx = hmalloc(nx * 4), *gxh = hmalloc(nx * 4), *sxh = hmalloc(nx * 4);
@@ -336,10 +316,10 @@ static void hc_norm_case(int n_hc, int D, int n_tok, bool eager, uint64_t sd)
 			mag[j] = (float)((xmag[j] + fabs(rx[j])) * inv * fabs(g[i]));
 		}
 	}
-	int rc = x4k_hc_pre_norm(&d.c, n_tok, dH, dfn, dbase, dscale, dy, dcp, dHo, dx, dcf, dg,
-				 1e-6f, dxh, eager, ws, wsb, st, &err);
+	int rc = x4k_hc_pre_norm(&d.c, n_tok, v.H, v.fn, v.base, v.scale, v.y, v.cp, v.Ho, v.x, v.cf, dg,
+				 1e-6f, dxh, eager, v.ws, v.wsb, st, &err);
 	T_OK(rc == 0, "hc_pre_norm launch", "%s: %s", shape, err.msg);
-	dget(gx, dx, nx * 4);
+	dget(gx, v.x, nx * 4);
 	dget(gxh, dxh, nx * 4);
 	/* fp32: the collapse's error (1e-5 of sum |pre h|, as hc_case) carried
 	 * through the norm, plus the norm's own (its inverse moves every value
@@ -350,23 +330,14 @@ static void hc_norm_case(int n_hc, int D, int n_tok, bool eager, uint64_t sd)
 	x4r_rmsnorm(n_tok, D, gx, D, g, 1e-6f, sxh, D);
 	check("hc_pre_norm xh = rmsnorm(x)", shape, gxh, sxh, NULL, nx, 1e-5, 1e-30, ELEM);
 	poison(dxh, nx * 4);
-	x4k_hc_pre_norm(&d.c, n_tok, dH, dfn, dbase, dscale, dy, dcp, dHo, dx, dcf, dg, 1e-6f, dxh,
-			eager, ws, wsb, st, &err);
+	x4k_hc_pre_norm(&d.c, n_tok, v.H, v.fn, v.base, v.scale, v.y, v.cp, v.Ho, v.x, v.cf, dg, 1e-6f, dxh,
+			eager, v.ws, v.wsb, st, &err);
 	dget(again, dxh, nx * 4);
 	T_OK(!memcmp(again, gxh, nx * 4), "hc_pre_norm twice", "%s: a second call gave other bits",
 	     shape);
-	x4_dev_free(dH);
-	x4_dev_free(dy);
-	x4_dev_free(dcp);
-	x4_dev_free(dfn);
-	x4_dev_free(dbase);
-	x4_dev_free(dscale);
+	hc_dev_free(&v);
 	x4_dev_free(dg);
-	x4_dev_free(dHo);
-	x4_dev_free(dx);
-	x4_dev_free(dcf);
 	x4_dev_free(dxh);
-	x4_dev_free(ws);
 	free(g);
 	free(rx);
 	free(rcf);
