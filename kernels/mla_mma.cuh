@@ -81,6 +81,7 @@ constexpr float PSCALE = 16384.f;   /* 2^14: p*2^14 <= 2^14, its hi/lo split cle
 constexpr float PSCALE_INV = 1.f / 16384.f;
 static_assert(KSTEPS % KQ == 0 && T * CHUNKS % THREADS == 0, "tile split");
 static_assert(KV == 8 * 64, "a warp owns 64 value columns");
+static_assert(HG == 16 && KV == 512 && ROPE == 64, "the shape x4k_mla_mma_shape names");
 
 template <int NSTAGE>
 constexpr size_t smem_bytes()
@@ -425,8 +426,7 @@ static int mla_mma_decode(int n_head, int kv_lora, int d_rope, const float *qt,
 			  const uint16_t *cache, int max_ctx, const int *pos, float kq_scale,
 			  float *ob, void *ws, size_t ws_bytes, cudaStream_t s, x4_err *e)
 {
-	if (n_head < HG || n_head % HG || n_head / HG > 65535 || kv_lora != KV || d_rope != ROPE ||
-	    max_ctx < 1)
+	if (!x4k_mla_mma_shape(n_head, kv_lora, d_rope) || max_ctx < 1)
 		return x4_err_set(e, X4_EINVAL, "x4k_mla_decode_mma: the tensor-core attention takes "
 				  "the model's shape: heads a multiple of 16, kv_lora 512, rope 64 (not "
 				  "%d heads, kv_lora %d, rope %d; max_ctx %d)", n_head, kv_lora, d_rope,

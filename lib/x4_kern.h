@@ -46,6 +46,13 @@ enum {
 	X4K_MLA_MIN_SPAN = 32,    /* cache rows a decode split takes at least: one tile */
 	X4K_MLA_MAX_SPLIT = 64,   /* decode splits at most (kernels/mla_attn.cuh says why) */
 };
+/* The shape the tensor-core decode attention takes (x4k_mla_decode_mma):
+ * heads in blocks of 16, the model's latent of 512 and rope of 64. */
+static inline int x4k_mla_mma_shape(int n_head, int kv_lora, int d_rope)
+{
+	return n_head >= 16 && n_head % 16 == 0 && n_head / 16 <= 65535 && kv_lora == 512 &&
+	       d_rope == 64;
+}
 /* Blocks the gate's projection is split over for n_tok tokens. */
 static inline int x4k_hc_nsplit(int D, int n_tok)
 {

@@ -6,6 +6,7 @@
  * which one they hold, and the backends may assume valid arguments.
  */
 #include "trunk_int.h"
+#include "x4_kern.h"
 
 #include <math.h>
 
@@ -61,7 +62,7 @@ static int check_opts(const x4_model *m, const x4_trunk_opts *o, x4_trunk_opts *
 		return x4_err_set(e, X4_EINVAL, "decode attention %d is not one of fp32, mma", o->attn);
 	/* (the compute capability, sm_80 for mma, is the CUDA trunk's to check) */
 	if (o->device >= 0 && o->attn == X4_ATTN_MMA &&
-	    (c->n_head % 16 || c->kv_lora != 512 || c->d_rope != 64))
+	    !x4k_mla_mma_shape(c->n_head, c->kv_lora, c->d_rope))
 		return x4_err_set(e, X4_EINVAL, "--attn mma: the tensor-core attention takes the "
 				  "model's shape: heads a multiple of 16, kv_lora 512, rope 64; this "
 				  "checkpoint has %d heads, kv_lora %d, rope %d (use --attn fp32)",
