@@ -32,6 +32,10 @@
 #   client against x4-run (SERVE_ROUNDS, default 3); serve-chat: only its
 #   closing chat.  serve-test: tests/gpu_serve.sh alone.  prefill-profile:
 #   x4-profile --prefill on the full preset at PREFILL_P (default "512 4096").
+#   long: x4-run on the full preset with a prompt of N - 128 words at each N
+#   of LONG_CTX (default 131072), --max-model-len N, 64 tokens: prefill and
+#   decode at long context (long-N.json, each run under LONG_TIMEOUT, default
+#   540 s); `python3 bench/decode_tsv.py --prefill` reads them.
 #   ncu: Nsight Compute's report on a lab program's kernels (NCU_PROG,
 #   NCU_ARGS, NCU_KERNELS, NCU_COUNT; default the experts' kernels of
 #   build/bench/moe): a profiled run, never a speed.
@@ -143,6 +147,18 @@ PY
 		bash bench/kernels/run.sh ${LAB_PROGS:-} >"$OUT/lab.txt" 2>"$OUT/lab.err"; echo "rc $?" >>"$OUT/lab.txt"
 		cp build/bench/lab.tsv "$OUT/" 2>/dev/null
 		tail -n 100 "$OUT/lab.txt";;
+	long)
+		log "long contexts on the full preset: ${LONG_CTX:-131072}"
+		full_preset
+		for n in ${LONG_CTX:-131072}; do
+			python3 -c 'import sys; print(" ".join(["word"] * (int(sys.argv[1]) - 128)))' "$n" >/tmp/plong.txt
+			# shellcheck disable=SC2086
+			timeout "${LONG_TIMEOUT:-540}" bin/x4-run -m /tmp/x4-full --device cuda:0 -f /tmp/plong.txt -n 64 \
+				--ignore-eos --max-model-len "$n" ${DECODE_OPTS:-} --json >"$OUT/long-$n.json" 2>"$OUT/long-$n.err"
+			echo "long $n: exit $? $(tail -c 300 "$OUT/long-$n.err" | tr '\n' ' ')" | tee -a "$OUT/session.log"
+			python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); print("long ctx %d: decode %s tok/s, first step %s ms, prefill %s tok/s" % (j["prompt_tokens"], j["decode_tok_s"], j["first_step_ms"], j["prefill_tok_s"]))' \
+				"$OUT/long-$n.json" 2>/dev/null | tee -a "$OUT/session.log"
+		done;;
 	decode)
 		# The goal table's figures: steady decode by x4-bench-abab (a control
 		# pair: both arms the defaults) at 512 and 4096, x4-run's steady rate
