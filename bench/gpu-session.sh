@@ -37,7 +37,7 @@
 #   decode at long context (long-N.json, each run under LONG_TIMEOUT, default
 #   540 s); `python3 bench/decode_tsv.py --prefill` reads them.
 #   ncu: Nsight Compute's report on a lab program's kernels (NCU_PROG,
-#   NCU_ARGS, NCU_KERNELS, NCU_COUNT; default the experts' kernels of
+#   NCU_ARGS, NCU_KERNELS, NCU_COUNT, NCU_SKIP; default the experts' kernels of
 #   build/bench/moe): a profiled run, never a speed.
 # Logs and tables go to $OUT (or build/gpu-out when OUT is unset).
 set -u
@@ -249,13 +249,14 @@ PY
 		# Nsight Compute on one lab program's kernels (the hardware counters:
 		# a machine on Firecracker has them, gVisor not; the clocks left alone).
 		# NCU_PROG (default moe) with NCU_ARGS (default new), kernels matching
-		# NCU_KERNELS (default regex:moe_), NCU_COUNT launches (default 3);
+		# NCU_KERNELS (default regex:moe_), NCU_COUNT launches (default 3) after
+		# NCU_SKIP (default 0) of them;
 		# the report as text (speed of light, memory, warp stalls, launch).
 		log "ncu on build/bench/${NCU_PROG:-moe}"
 		make -s -j16 bench-kernels CUDA_ARCH=90 >"$OUT/ncu-build.log" 2>&1 || { tail "$OUT/ncu-build.log"; exit 1; }
 		# shellcheck disable=SC2086
 		timeout 400 ncu --clock-control none --kernel-name "${NCU_KERNELS:-regex:moe_}" \
-			--launch-count "${NCU_COUNT:-3}" --section SpeedOfLight --section MemoryWorkloadAnalysis \
+			--launch-skip "${NCU_SKIP:-0}" --launch-count "${NCU_COUNT:-3}" --section SpeedOfLight --section MemoryWorkloadAnalysis \
 			--section WarpStateStats --section LaunchStats --section Occupancy \
 			build/bench/${NCU_PROG:-moe} ${NCU_ARGS:-new} >"$OUT/ncu-${NCU_PROG:-moe}.txt" 2>&1
 		echo "ncu rc $?: $(grep -c 'Duration' "$OUT/ncu-${NCU_PROG:-moe}.txt") kernels reported" | tee -a "$OUT/session.log";;
