@@ -7,7 +7,7 @@
 #   five, in that order).  golden: with an older tree exported to old/ (git archive REV |
 #   tar -x -C old), build its x4-run and write tests/data/gpu_golden_{tiny,small}.json
 #   (its greedy and seed-7 tokens and its logits' sha256) for gpu_model.sh to
-#   compare against.  levers: the record's levers priced by x4-bench-abab on the
+#   compare against (GOLDEN_TREE=.: this tree's own build, labelled COMMIT).  levers: the record's levers priced by x4-bench-abab on the
 #   full preset at LEVER_CTX (default "512 4096") tokens of context.  profile:
 #   x4-profile on the full preset at PROFILE_CTX (default "512 4096"), with traces.
 #   kernels: the kernel lab, old and new kernels side by side (LAB_PROGS:
@@ -93,9 +93,17 @@ for s in $steps; do
 			echo "rc=$? $(grep -c '^PASS' "$OUT/sanitize-$t.log") PASS $(grep -c '^FAIL' "$OUT/sanitize-$t.log") FAIL; $(grep 'ERROR SUMMARY' "$OUT/sanitize-$t.log")" | tee -a "$OUT/session.log"
 		done;;
 	golden)
-		log "golden tokens of the tree in old/"
-		[ -d old ] || { echo "no old/ tree"; exit 1; }
-		(cd old && make -j16 CUDA_ARCH=90 bin/x4-run bin/x4-synth >"$OUT/golden-build.log" 2>&1) || { tail -n 20 "$OUT/golden-build.log"; exit 1; }
+		# GOLDEN_TREE=. writes them from this tree's own build (a change
+		# that moves the bits on purpose), labelled with COMMIT.
+		gt=${GOLDEN_TREE:-old}
+		log "golden tokens of the tree in $gt/"
+		if [ "$gt" = . ]; then
+			echo "$COMMIT" >/tmp/x4-golden-commit
+		else
+			[ -d "$gt" ] || { echo "no $gt/ tree"; exit 1; }
+			(cd "$gt" && make -j16 CUDA_ARCH=90 bin/x4-run bin/x4-synth >"$OUT/golden-build.log" 2>&1) || { tail -n 20 "$OUT/golden-build.log"; exit 1; }
+			cat "$gt/COMMIT" >/tmp/x4-golden-commit 2>/dev/null || echo old >/tmp/x4-golden-commit
+		fi
 		mkdir -p tests/data
 		long=""; for _ in 1 2 3 4 5 6 7 8 9 10; do long+="The quick brown fox jumps over the lazy dog, and the dog sleeps on. "; done
 		short="Once upon a time there was a small model that ran on a large card."
@@ -104,10 +112,10 @@ for s in $steps; do
 			bin/x4-synth --preset $p --seed 1 -o "$d" >/dev/null 2>&1 || exit 1
 			prompt=$long; [ $p = small ] && prompt=$short
 			common=(-m "$d" -p "$prompt" -n 64 --ignore-eos --json --device cuda:0)
-			old/bin/x4-run "${common[@]}" >"$OUT/g-$p-greedy.json" 2>/dev/null
-			old/bin/x4-run "${common[@]}" --temperature 0.8 --top-p 0.9 -s 7 >"$OUT/g-$p-samp.json" 2>/dev/null
-			old/bin/x4-run "${common[@]}" --dump-logits /tmp/g-$p.npy >/dev/null 2>&1
-			python3 - "$p" "$OUT/g-$p-greedy.json" "$OUT/g-$p-samp.json" /tmp/g-$p.npy "$(cat old/COMMIT 2>/dev/null || echo old)" >"tests/data/gpu_golden_$p.json" <<'PY'
+			"$gt"/bin/x4-run "${common[@]}" >"$OUT/g-$p-greedy.json" 2>/dev/null
+			"$gt"/bin/x4-run "${common[@]}" --temperature 0.8 --top-p 0.9 -s 7 >"$OUT/g-$p-samp.json" 2>/dev/null
+			"$gt"/bin/x4-run "${common[@]}" --dump-logits /tmp/g-$p.npy >/dev/null 2>&1
+			python3 - "$p" "$OUT/g-$p-greedy.json" "$OUT/g-$p-samp.json" /tmp/g-$p.npy "$(cat /tmp/x4-golden-commit)" >"tests/data/gpu_golden_$p.json" <<'PY'
 import hashlib, json, sys
 p, g, s, npy, rev = sys.argv[1:]
 print(json.dumps({"preset": p, "commit": rev, "greedy": json.load(open(g))["tokens"],
