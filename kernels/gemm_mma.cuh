@@ -100,6 +100,9 @@ struct mma_rows {
 	const uint8_t *end[2];
 	int n, n0;
 	size_t rb;
+	/* by selects, not an index: a run-time index puts the struct in local memory */
+	__host__ __device__ const uint8_t *w_of(int m) const { return m ? w[1] : w[0]; }
+	__host__ __device__ const uint8_t *end_of(int m) const { return m ? end[1] : end[0]; }
 };
 
 /* The tile row (0..127) that lane (g) of warp-row wm holds in m-tile mt,
@@ -284,7 +287,7 @@ template <int TYPE, int NM>
 __device__ __forceinline__ const uint8_t *wcopy_row(const mma_rows &R, int u)
 {
 	const int i = ((int)threadIdx.x + THREADS * u) / mma_fmt<TYPE>::LINES;
-	return R.w[row_matrix<NM>(i)] + (size_t)min(R.n0 + row_index<NM>(i), R.n - 1) * R.rb;
+	return R.w_of(row_matrix<NM>(i)) + (size_t)min(R.n0 + row_index<NM>(i), R.n - 1) * R.rb;
 }
 
 /* Issue block b's copies into stage (a ring slot's shared address); wrow:
@@ -303,7 +306,7 @@ __device__ __forceinline__ void issue(uint32_t stage, const mma_rows &R, const u
 		 * in the matrix from it (only the last row's last lines see its end) */
 		const uint8_t *line = reinterpret_cast<const uint8_t *>(
 			((uintptr_t)wrow[u] + (size_t)b * F::BB) & ~(uintptr_t)15) + 16 * j;
-		const long long left = R.end[row_matrix<NM>(i)] - line;
+		const long long left = R.end_of(row_matrix<NM>(i)) - line;
 		const int jj = TYPE == X4_T_BF16 ? j ^ ((i >> 1) & 3) : j; /* ldmatrix's banks */
 		if (left > 0) /* a line wholly past the matrix lies outside the block: not copied */
 			cp_async16(stage + i * F::SLOT + 16 * jj, line, left < 16 ? (int)left : 16);
@@ -446,7 +449,7 @@ __device__ __forceinline__ void mma_tile(uint8_t *smem, const mma_rows &R, const
 		for (int h = 0; h < 2; h++) {
 			const int i = tile_row<NM>(wm, mt, g, h);
 			const int r = min(R.n0 + row_index<NM>(i), R.n - 1);
-			rs16 |= (uint32_t)((uintptr_t)(R.w[row_matrix<NM>(i)] + (size_t)r * R.rb) & 15)
+			rs16 |= (uint32_t)((uintptr_t)(R.w_of(row_matrix<NM>(i)) + (size_t)r * R.rb) & 15)
 				<< (8 * mt + 4 * h);
 		}
 	const uint8_t *wrow[2];
