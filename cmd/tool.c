@@ -155,7 +155,10 @@ const char x4t_trunk_help[] =
 "                          its input (default on)\n"
 "      --attn A            GPU decode attention: auto (default: mma where the card\n"
 "                          and the checkpoint take it, else fp32), fp32, or mma\n"
-"                          (tensor cores: sm_80 and later, the model's shape)\n";
+"                          (tensor cores: sm_80 and later, the model's shape)\n"
+"      --gemm G            GPU prefill products: mma (default: tensor cores on\n"
+"                          sm_80 and later, fp32-accurate) or fma (the fp32 FMA\n"
+"                          core everywhere, for comparison)\n";
 
 const char x4t_load_help[] =
 "      --device DEV        cpu (default) or cuda:N\n"
@@ -188,6 +191,7 @@ bool x4t_trunk_opt(int c, const char *arg, x4_trunk_opts *o)
 	static const char *const sub[] = { "f32", "bf16", "f16" };     /* enum x4_sub */
 	static const char *const onoff[] = { "on", "off" };
 	static const char *const attn[] = { "fp32", "mma", "auto" };   /* enum x4_attn */
+	static const char *const gemm[] = { "mma", "fma" };            /* enum x4_gemm */
 	switch (c) {
 	case X4T_O_MAXLEN: o->max_ctx = (int)x4t_long(arg, 1, INT_MAX, "--max-model-len"); break;
 	case X4T_O_RESID: o->resid = pick("--resid", arg, resid, 3); break;
@@ -200,6 +204,7 @@ bool x4t_trunk_opt(int c, const char *arg, x4_trunk_opts *o)
 	case X4T_O_CHUNK: o->prefill_chunk = (int)x4t_long(arg, 0, 1 << 20, "--prefill-chunk"); break;
 	case X4T_O_PDL: o->pdl = pick("--pdl", arg, onoff, 2) == 0; break;
 	case X4T_O_ATTN: o->attn = pick("--attn", arg, attn, 3); break;
+	case X4T_O_GEMM: o->gemm = pick("--gemm", arg, gemm, 2); break;
 	default: return false;
 	}
 	return true;
@@ -249,6 +254,11 @@ const char *x4t_attn_name(int device, int attn)
 	return device < 0 ? "n/a" : attn == X4_ATTN_MMA ? "mma" : attn == X4_ATTN_AUTO ? "auto" : "fp32";
 }
 
+const char *x4t_gemm_name(const x4_trunk_opts *o)
+{
+	return o->device < 0 ? "n/a" : o->gemm == X4_GEMM_FMA ? "fma" : "mma";
+}
+
 const char *x4t_kv_name(const x4_trunk_opts *o)
 {
 	if (o->kv == X4_KV_F16)
@@ -263,11 +273,11 @@ void x4t_settings(const x4_trunk_opts *o, const x4_sampler_opts *so, char *out, 
 	char chunk[16], ctx[16];
 	snprintf(chunk, sizeof chunk, "%d", o->prefill_chunk);
 	snprintf(ctx, sizeof ctx, "%d", o->max_ctx);
-	snprintf(out, cap, "hc=%s graph=%s pdl=%s attn=%s sublayer=%s resid=%s prec=%s kv=%s "
-		 "max_ctx=%s chunk=%s threads=%d temperature=%g top_k=%d top_p=%g seed=%llu",
+	snprintf(out, cap, "hc=%s graph=%s pdl=%s attn=%s gemm=%s sublayer=%s resid=%s prec=%s "
+		 "kv=%s max_ctx=%s chunk=%s threads=%d temperature=%g top_k=%d top_p=%g seed=%llu",
 		 o->device < 0 ? "n/a" : o->hc_eager ? "eager" : "fused",
 		 o->device < 0 ? "n/a" : o->no_graph ? "off" : "on",
-		 o->device < 0 ? "n/a" : o->pdl ? "on" : "off", x4t_attn_name(o->device, o->attn),
+		 o->device < 0 ? "n/a" : o->pdl ? "on" : "off", x4t_attn_name(o->device, o->attn), x4t_gemm_name(o),
 		 x4t_sub_name(o->sublayer),
 		 x4_resid_name(o->resid), x4t_prec_name(o->prec), x4t_kv_name(o),
 		 o->max_ctx ? ctx : "auto", o->prefill_chunk ? chunk : "auto",

@@ -37,12 +37,12 @@ void x4t_ids(const char *s, int32_t **ids, size_t *n);
 
 /* The request options of the trunk as flags, shared by x4-run, x4-profile
  * and x4-bench-abab's arms: --max-model-len, --resid, --prec, --kv-cache,
- * --hc, --sublayer, --graph, --threads, --prefill-chunk, --pdl, --attn.  X4T_TRUNK_LONGOPTS
+ * --hc, --sublayer, --graph, --threads, --prefill-chunk, --pdl, --attn, --gemm.  X4T_TRUNK_LONGOPTS
  * goes into a getopt_long table; x4t_trunk_opt() handles one of them (true
  * when c was one). */
 enum {
 	X4T_O_MAXLEN = 1000, X4T_O_RESID, X4T_O_PREC, X4T_O_KV, X4T_O_HC, X4T_O_SUB,
-	X4T_O_GRAPH, X4T_O_THREADS, X4T_O_CHUNK, X4T_O_PDL, X4T_O_ATTN,
+	X4T_O_GRAPH, X4T_O_THREADS, X4T_O_CHUNK, X4T_O_PDL, X4T_O_ATTN, X4T_O_GEMM,
 	/* the load options: they need the weights reloaded */
 	X4T_O_DEVICE, X4T_O_GPUMEM,
 	/* sampling */
@@ -59,7 +59,8 @@ enum {
 	{"threads", required_argument, 0, X4T_O_THREADS},               \
 	{"prefill-chunk", required_argument, 0, X4T_O_CHUNK},            \
 	{"pdl", required_argument, 0, X4T_O_PDL},                       \
-	{"attn", required_argument, 0, X4T_O_ATTN}
+	{"attn", required_argument, 0, X4T_O_ATTN},                     \
+	{"gemm", required_argument, 0, X4T_O_GEMM}
 #define X4T_LOAD_LONGOPTS                                               \
 	{"device", required_argument, 0, X4T_O_DEVICE},                 \
 	{"gpu-memory", required_argument, 0, X4T_O_GPUMEM}
@@ -82,10 +83,12 @@ const char *x4t_sub_name(int sub);
 /* The decode attention (fp32, mma; n/a on the CPU, which has one). */
 /* "n/a" on the CPU, else the enum x4_attn's name. */
 const char *x4t_attn_name(int device, int attn);
+/* The prefill products' core (mma, fma; n/a on the CPU). */
+const char *x4t_gemm_name(const x4_trunk_opts *o);
 /* What the cache holds as the trunk resolves X4_KV_DEFAULT. */
 const char *x4t_kv_name(const x4_trunk_opts *o);
 /* Every setting of a request that can change a number, as one word list
- * ("hc=fused graph=on pdl=on attn=fp32 sublayer=f32 resid=f32 prec=f32 kv=f16 max_ctx=4096
+ * ("hc=fused graph=on pdl=on attn=fp32 gemm=mma sublayer=f32 resid=f32 prec=f32 kv=f16 max_ctx=4096
  * chunk=auto threads=2 temperature=0 top_k=0 top_p=1 seed=1"), for rows. */
 void x4t_settings(const x4_trunk_opts *o, const x4_sampler_opts *so, char *out, size_t cap);
 /* "cpu" or "cuda:N". */

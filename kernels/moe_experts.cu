@@ -14,8 +14,12 @@
  * The kernels are templated on the experts' block format (IQ4_NL as
  * released, Q8_0), as the GEMV and GEMM are.
  *
- * Tiles of 64 routes use the gemm core (a dequantized weight slice reused
- * by 64 routes); tiles of at most 4 use the gemv core (each weight row read
+ * Tiles of 64 routes use a gemm core: on sm_80 and later the tensor-core
+ * core (gemm_mma.cuh: 128 weight rows x the tile's routes, fp32-accurate
+ * products, docs/numerics.md 1.10; gate/up as 64 rows of each, so the
+ * lane holding g holds u), elsewhere (or x4k_gemm_mma_set(0)) the FMA core
+ * (a dequantized weight slice reused by 64 routes); tiles of at most 4
+ * use the gemv core (each weight row read
  * once for the tile's 1 or 4 routes), and tiles of one route (every tile of
  * the batch-1 decode step) the row-staged gemv core where the shape allows:
  * the same bits as the gemv core, all of a warp's rows in flight at once.
@@ -23,6 +27,7 @@
 #include "cuda_check.h"
 #include "x4_kern.h"
 #include "quant_dev.cuh"
+#include "gemm_mma.cuh"
 
 using namespace x4d;
 
@@ -351,6 +356,109 @@ moe_down_gemm(x4k_moe_routes r, int d, int f, const uint8_t *__restrict__ down,
 	}
 }
 
+/* ---- prefill shape: the tensor-core core (sm_80 and later; empty below) ---- */
+
+/* gate and up of 64 rows (blockIdx.y * 64..) for the tile's routes: tile
+ * rows 0..63 gate, 64..127 up (x4m::tile_row<2>), h = silu(g) * u as
+ * moe_gu_gemm writes it. */
+template <int T_EXP>
+__global__ void __launch_bounds__(x4m::THREADS, 2)
+moe_gu_mma(x4k_moe_routes r, const float *__restrict__ x, int d, int f, const uint8_t *__restrict__ gate,
+	   const uint8_t *__restrict__ up, float *__restrict__ h)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+	using F = x4m::mma_fmt<T_EXP>;
+	extern __shared__ __align__(16) uint8_t mma_smem[];
+	const float **xrow = reinterpret_cast<const float **>(mma_smem + F::SMEM - x4m::TOKS * 8);
+	int ex, start, cnt;
+	if (!tile_of(r, &ex, &start, &cnt))
+		return;
+	if (threadIdx.x < x4m::TOKS) /* read after mma_tile's first barrier */
+		xrow[threadIdx.x] = x + (size_t)(r.route[start + min((int)threadIdx.x, cnt - 1)] / r.k) * d;
+	const size_t rb = row_bytes(T_EXP, d), at = (size_t)ex * f * rb, mb = (size_t)f * rb;
+	const int n0 = blockIdx.y * (x4m::ROWS / 2);
+	const x4m::mma_rows R = { { gate + at, up + at }, { gate + at + mb, up + at + mb }, f, n0, rb };
+	float acc[2][4][4];
+	x4m::mma_tile<T_EXP, 2>(mma_smem, R, xrow, d, acc);
+	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+	const int wm = warp & 3, wn = warp >> 2, g = lane >> 2, c = lane & 3;
+#pragma unroll
+	for (int j = 0; j < 4; j++)
+#pragma unroll
+		for (int q = 0; q < 4; q++) {
+			const int row = n0 + x4m::row_index<2>(x4m::tile_row<2>(wm, 0, g, q >> 1));
+			const int t = 32 * wn + 8 * j + 2 * c + (q & 1);
+			if (row < f && t < cnt)
+				h[(size_t)(start + t) * f + row] = silu(acc[0][j][q]) * acc[1][j][q];
+		}
+#endif
+}
+
+/* down, 128 rows (blockIdx.y * 128..) for the tile's routes, each route's
+ * row of out as moe_down_gemm writes it. */
+template <int T_EXP>
+__global__ void __launch_bounds__(x4m::THREADS, 2)
+moe_down_mma(x4k_moe_routes r, int d, int f, const uint8_t *__restrict__ down, const float *__restrict__ h,
+	     float *__restrict__ out)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+	using F = x4m::mma_fmt<T_EXP>;
+	extern __shared__ __align__(16) uint8_t mma_smem[];
+	const float **xrow = reinterpret_cast<const float **>(mma_smem + F::SMEM - x4m::TOKS * 8);
+	int ex, start, cnt;
+	if (!tile_of(r, &ex, &start, &cnt))
+		return;
+	if (threadIdx.x < x4m::TOKS)
+		xrow[threadIdx.x] = h + (size_t)(start + min((int)threadIdx.x, cnt - 1)) * f;
+	const size_t rb = row_bytes(T_EXP, f), mb = (size_t)d * rb;
+	const uint8_t *w = down + (size_t)ex * mb;
+	const int n0 = blockIdx.y * x4m::ROWS;
+	const x4m::mma_rows R = { { w, w }, { w + mb, w + mb }, d, n0, rb };
+	float acc[2][4][4];
+	x4m::mma_tile<T_EXP, 1>(mma_smem, R, xrow, f, acc);
+	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+	const int wm = warp & 3, wn = warp >> 2, g = lane >> 2, c = lane & 3;
+#pragma unroll
+	for (int j = 0; j < 4; j++)
+#pragma unroll
+		for (int e = 0; e < 2; e++) {
+			const int t = 32 * wn + 8 * j + 2 * c + e;
+			if (t >= cnt)
+				continue;
+			float *o = out + (size_t)r.route[start + t] * d;
+#pragma unroll
+			for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+				for (int hh = 0; hh < 2; hh++) {
+					const int row = n0 + x4m::tile_row<1>(wm, mt, g, hh);
+					if (row < d)
+						o[row] = acc[mt][j][2 * hh + e];
+				}
+		}
+#endif
+}
+
+/* The two tensor-core launches where the device and the shapes take them;
+ * false: nothing launched (the FMA core runs). */
+template <int T_EXP>
+static bool launch_mma(const x4k_moe_routes *r, const float *x, int d, int f, const uint8_t *g8,
+		       const uint8_t *u8, const uint8_t *d8, float *h, float *o, bool with_down,
+		       cudaStream_t s)
+{
+	constexpr int smem = x4m::mma_fmt<T_EXP>::SMEM;
+	if (!x4m::mma_shape(d, g8, x) || !x4m::mma_shape(d, u8, x) || !x4m::mma_shape(f, d8, h) ||
+	    !x4m::enabled() || !x4m::kernel_ready<moe_gu_mma<T_EXP>>(smem) ||
+	    !x4m::kernel_ready<moe_down_mma<T_EXP>>(smem))
+		return false;
+	const unsigned tiles = (unsigned)r->max_tiles;
+	moe_gu_mma<T_EXP><<<dim3(tiles, (f + x4m::ROWS / 2 - 1) / (x4m::ROWS / 2)), x4m::THREADS, smem, s>>>(
+		*r, x, d, f, g8, u8, h);
+	if (with_down)
+		moe_down_mma<T_EXP><<<dim3(tiles, (d + x4m::ROWS - 1) / x4m::ROWS), x4m::THREADS, smem, s>>>(
+			*r, d, f, d8, h, o);
+	return true;
+}
+
 /* ---- the top-k sum ---- */
 
 
@@ -409,6 +517,8 @@ static int launch(const x4k_moe_routes *r, const float *x, int d, int f, const u
 		  cudaStream_t s, x4_err *e)
 {
 	const unsigned tiles = (unsigned)r->max_tiles;
+	if (r->tile == TT && launch_mma<T_EXP>(r, x, d, f, g8, u8, d8, h, o, with_down, s))
+		return x4_cuda_launched("x4k_moe_experts: tensor-core launch", e);
 	if (r->tile == TT) {
 		moe_gu_gemm<T_EXP><<<dim3(tiles, (f + TN - 1) / TN), GEMM_THREADS, 0, s>>>(*r, x, d, f, g8, u8, h);
 		if (!with_down)

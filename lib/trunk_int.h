@@ -184,6 +184,7 @@ typedef struct x4_cache_key {
 	int kv16;           /* the cache's values are rounded to fp16 */
 	int hc_eager;       /* GPU: the eager gate (0 on the CPU, which has one path) */
 	int attn;           /* GPU: enum x4_attn, the decode attention (FP32 on the CPU) */
+	int gemm;           /* GPU: enum x4_gemm, the prefill products' core (MMA on the CPU) */
 	uint64_t row_bytes; /* x4_trunk_cache_row_bytes */
 } x4_cache_key;
 void x4_trunk_cache_key(const x4_trunk *t, x4_cache_key *k);

@@ -498,6 +498,13 @@ enum x4_kv { X4_KV_DEFAULT = 0, X4_KV_F16 = 1, X4_KV_EXACT = 2 };
  * has one attention and ignores it, as it does hc_eager.
  * x4_trunk_stats.attn says which kernel runs. */
 enum x4_attn { X4_ATTN_FP32 = 0, X4_ATTN_MMA = 1, X4_ATTN_AUTO = 2 };
+/* The GPU's prefill products (x4k_gemm and the routed experts' tiles of 64
+ * routes): MMA the tensor-core core where the device (sm_80 and later) and
+ * the shape take it, the FMA core elsewhere (the default; docs/numerics.md
+ * 1.10: fp32-accurate products, not the FMA core's bits); FMA the FMA core
+ * everywhere, the arm it is priced against.  A decode step takes the
+ * matrix-vector kernels either way; the CPU trunk ignores it. */
+enum x4_gemm { X4_GEMM_MMA = 0, X4_GEMM_FMA = 1 };
 
 typedef struct x4_trunk_opts {
 	int device;        /* -1 CPU, >= 0 the CUDA ordinal */
@@ -515,6 +522,7 @@ typedef struct x4_trunk_opts {
 	                      issues its weight loads before it waits for its input);
 	                      on by default */
 	int attn;          /* GPU: enum x4_attn, the decode attention's kernel (auto by default) */
+	int gemm;          /* GPU: enum x4_gemm, the prefill products' core (mma by default) */
 	bool no_reserve;   /* GPU, a load option: plan to the last byte, keeping none of
 	                      X4_MEM_RESERVE_BYTES free (x4-ceiling's hardware edge; never
 	                      for serving: the context's own growth then lands in a request) */

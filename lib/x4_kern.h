@@ -126,10 +126,21 @@ int x4k_gemv2(int type, const void *w1, int n1, float *y1, const void *w2, int n
 int x4k_gemv_swiglu(int type, const void *w_gate, const void *w_up, int n, int k, const float *x,
 		    float *g, float *u, float *h, cudaStream_t s, x4_err *e);
 
-/* Y = X W^T for n_tok tokens: x [n_tok][k], y [n_tok][n].  A weight tile is
- * dequantized once into shared memory and reused across 64 tokens. */
+/* Y = X W^T for n_tok tokens: x [n_tok][k], y [n_tok][n].  On sm_80 and
+ * later, IQ4_NL and BF16 with k % 32 == 0 and w, x 16-byte aligned take the
+ * tensor-core core (kernels/gemm_mma.cuh: fp32-accurate products, docs/numerics.md
+ * 1.10, not the FMA core's bits); everything else the FMA core, a weight
+ * tile dequantized once into shared memory and reused across 64 tokens. */
 int x4k_gemm(int type, const void *w, int n, int k, int n_tok, const float *x,
 	     float *y, cudaStream_t s, x4_err *e);
+
+/* The prefill's tensor-core gemm core (x4k_gemm and x4k_moe_experts' tiles
+ * of 64 routes): process-wide, on until set; 0 runs the FMA core
+ * everywhere (the comparison arm), 1 the tensor cores where the device and
+ * the shape take them.  Kernels launched earlier keep the core they were
+ * launched with. */
+void x4k_gemm_mma_set(int on);
+int x4k_gemm_mma_get(void);
 
 /* h = silu(g) * u elementwise, fp32 (docs/numerics.md 1.4: the product is the value that
  * overflows fp16, so it stays fp32 on its way to the down projection). */

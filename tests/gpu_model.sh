@@ -16,7 +16,10 @@
 #     where the default auto takes mma on sm_80 and later): greedy for 64
 #     steps, the CPU references' tokens and logits within their tolerances,
 #     bit-identical when run twice; on the tiny preset (4 heads, kv_lora 64)
-#     mma by name is refused with the shape and auto runs fp32.
+#     mma by name is refused with the shape and auto runs fp32;
+#   the prefill's products on the FMA core (--gemm fma; the default above is
+#     the tensor cores on sm_80 and later) on the tiny and small presets: the CPU
+#     references' logits within their tolerances, bit-identical twice.
 set -u
 cd "$(dirname "$0")/.." || exit 2
 RUN=bin/x4-run
@@ -237,6 +240,29 @@ attn_checks() {
 		"--attn $a: the device pick (graphed, eager) and the logits path gave other tokens"
 }
 
+# $1 preset name, $2 model folder, $3 prompt: --gemm fma (the prefill's
+# products on the FMA core everywhere; the default, the tensor cores on
+# sm_80 and later, docs/numerics.md 1.10, is model_checks') against the CPU
+# references model_checks left, and the same bits twice.
+gemm_fma_checks() {
+	local p=$1 m=$2 prompt=$3 rc
+	local common=(-m "$m" -p "$prompt" -n 64 --ignore-eos --json --gemm fma)
+	for arm in 1 2; do
+		"$RUN" "${common[@]}" --device "$DEV" --dump-logits "$tmp/$p.fma$arm.npy" \
+			>"$tmp/$p.fma$arm.json" 2>"$tmp/$p.fma$arm.err"; rc=$?
+		check "$p.gemm_fma.exit" $((rc != 0)) "exit $rc: $(head -c 400 "$tmp/$p.fma$arm.err")"
+		[ $rc -eq 0 ] || return 1
+	done
+	grep -q '"gemm":"fma"' "$tmp/$p.fma1.json"
+	check "$p.gemm_fma.json_says_fma" $? "x4-run --json does not report gemm fma"
+	"$PY" tests/helper_cmp_logits.py "$p.gemm_fma_vs_cpu_f64" "$tmp/$p.fma1.npy" \
+		"$tmp/$p.fma1.json" "$tmp/$p.f64.npy" "$tmp/$p.f64.json" "$TOL_F64"
+	"$PY" tests/helper_cmp_logits.py "$p.gemm_fma_vs_cpu_f32" "$tmp/$p.fma1.npy" \
+		"$tmp/$p.fma1.json" "$tmp/$p.f32.npy" "$tmp/$p.f32.json" "$TOL_F32"
+	cmp -s "$tmp/$p.fma1.npy" "$tmp/$p.fma2.npy"
+	check "$p.gemm_fma.repeat_bit_identical" $? "two runs with --gemm fma wrote different logits"
+}
+
 # $1 name, $2 model folder: the walk's table on the GPU against the CPU's.
 walk_checks() {
 	local n=$1 m=$2 rc
@@ -337,6 +363,7 @@ EOF
 
 t0=$SECONDS
 synth tiny --preset tiny --seed 1 && model_checks tiny "$tmp/tiny" "$long"
+[ -s "$tmp/tiny.f32.npy" ] && [ -s "$tmp/tiny.f64.npy" ] && gemm_fma_checks tiny "$tmp/tiny" "$long"
 synth loud --preset tiny --seed 1 --loud 2:0:60 && walk_checks loud "$tmp/loud"
 # The second expert format: the routed experts as Q8_0 (kernels/moe_experts.cu's
 # other instantiation), against the CPU trunks as above.
@@ -426,6 +453,7 @@ if [ -s "$tmp/small.f32.npy" ] && [ -s "$tmp/small.f64.npy" ]; then
 	attn_checks small "$tmp/small" "$short" fp32
 	attn_checks small "$tmp/small" "$short" mma
 fi
+[ -s "$tmp/small.f32.npy" ] && [ -s "$tmp/small.f64.npy" ] && gemm_fma_checks small "$tmp/small" "$short"
 # A short context makes the prefill chunk short (16 here), and a 4-token
 # prompt then runs the split gate (up to 8 tokens, D 3584) in the workspace
 # sized for the chunk: it must fit, and give the default context's tokens.

@@ -107,7 +107,7 @@ for args in "-n abc" "-n 5x" "-n -1" "--temperature hot" "--top-p 2" "--top-k 1.
 	"--tokens 1,,2" "--tokens 1,a" "-s -1" "--threads x" "--max-model-len 0" \
 	"--device gpu" "--resid f8" "--system hi" "--no-such-flag" "--hc lazy" "--kv-cache f8" \
 	"--gpu-memory 0" "--gpu-memory 12X" "--gpu-memory -1G" "--prec f16" "--sublayer f8" "--graph maybe" "--pdl maybe" \
-	"--attn fp16" "--attn MMA" "--attn AUTO" "--attn"; do
+	"--attn fp16" "--attn MMA" "--attn AUTO" "--attn" "--gemm tf32" "--gemm"; do
 	# shellcheck disable=SC2086
 	"$RUN" $args </dev/null >"$tmp/out" 2>"$tmp/err"; rc=$?
 	check "run.usage[$args]" $((rc != 2 || $(wc -c <"$tmp/err") == 0)) "exit $rc, stderr '$(head -c 200 "$tmp/err")'"
@@ -246,6 +246,16 @@ grep -q "pdl n/a, attn n/a" "$tmp/err"; check run.cpu_stats_attn_na $? "$(head -
 "$RUN" -h | grep -q -- "--attn A .*auto (default"; check run.help_attn $? "no --attn in the usage"
 "$RUN" -p "Once upon" -n 8 --ignore-eos --json --attn auto </dev/null >"$tmp/a3" 2>/dev/null
 check run.attn_auto_on_cpu_tokens $([ "$(jget "$tmp/a3" tokens)" = "$a" ]; echo $?) "'$(jget "$tmp/a3" tokens)' vs '$a'"
+# --gemm picks the GPU's prefill core; the CPU has one: either value runs it
+# (the same tokens), and the stats say n/a.
+"$RUN" -p "Once upon" -n 8 --ignore-eos --json --gemm fma </dev/null >"$tmp/g1" 2>"$tmp/err"; r1=$?
+a=$(jget "$tmp/g1" tokens)
+check run.gemm_fma_on_cpu_tokens $([ $r1 -eq 0 ] && [ -n "$a" ] && [ "$a" = "$(jget "$tmp/a1" tokens)" ]; echo $?) \
+	"exit $r1, '$a': $(head -c 200 "$tmp/err")"
+grep -q '"gemm":"n/a"' "$tmp/g1"; check run.gemm_json_na_on_cpu $? "$(head -c 300 "$tmp/g1")"
+"$RUN" -n 2 --gemm fma </dev/null >/dev/null 2>"$tmp/err"
+grep -q "attn n/a, gemm n/a" "$tmp/err"; check run.cpu_stats_gemm_na $? "$(head -c 300 "$tmp/err")"
+"$RUN" -h | grep -q -- "--gemm G .*mma (default"; check run.help_gemm $? "no --gemm in the usage"
 "$RUN" -n 2 --gpu-memory 1G </dev/null >/dev/null 2>"$tmp/err"; rc=$?
 check run.gpu_memory_on_cpu $((rc != 2)) "exit $rc: $(head -c 200 "$tmp/err")"
 

@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "x4.h"
@@ -124,12 +125,37 @@ static inline void *lab_alloc(size_t n)
 	return p;
 }
 
+/* Every block's fp16 scale (its first 2 bytes; bb bytes a block) made
+ * finite: exponent field 10..13, sign and mantissa kept. */
+__global__ void lab_finite_scales(uint8_t *w, size_t n_blocks, int bb)
+{
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n_blocks;
+	     i += (size_t)gridDim.x * blockDim.x) {
+		uint16_t *h = reinterpret_cast<uint16_t *>(w + i * bb);
+		const unsigned v = *h;
+		*h = (uint16_t)((v & 0x83ffu) | (((v >> 10) & 3u) + 10u) << 10);
+	}
+}
+
 static inline void lab_bytes(void *p, size_t n, uint32_t seed)
 {
 	lab_fill_bytes<<<1024, 256>>>((uint32_t *)p, n / 4, seed);
 	if (n % 4)
 		LAB_CK(cudaMemset((char *)p + n / 4 * 4, 0, n % 4));
 	LAB_CK(cudaGetLastError());
+}
+
+/* rows x k values of a block type whose scale leads its block (IQ4_NL,
+ * Q8_0): random bytes, every scale made finite (2^-5..2^-2). */
+static inline void *lab_blocks(int type, size_t rows, int k, uint32_t seed)
+{
+	const size_t nb = rows * (size_t)(k / x4_type_block_elems(type));
+	const size_t bytes = nb * x4_type_block_bytes(type);
+	void *w = lab_alloc(bytes);
+	lab_bytes(w, bytes, seed);
+	lab_finite_scales<<<1024, 256>>>((uint8_t *)w, nb, x4_type_block_bytes(type));
+	LAB_CK(cudaGetLastError());
+	return w;
 }
 
 static inline float *lab_f32(size_t n, uint32_t seed)
@@ -146,6 +172,26 @@ static inline uint16_t *lab_half(size_t n, uint32_t seed, bool fp16)
 	lab_fill_half<<<1024, 256>>>(p, n, seed, fp16);
 	LAB_CK(cudaGetLastError());
 	return p;
+}
+
+/* max |a - b| / max |b| over n device floats, and how many of b are not
+ * finite (*bad), for a lab program's check of one variant against another. */
+static inline double lab_normwise_diff(const float *a, const float *b, size_t n, size_t *bad)
+{
+	std::vector<float> ha(n), hb(n);
+	LAB_CK(cudaMemcpy(ha.data(), a, n * 4, cudaMemcpyDeviceToHost));
+	LAB_CK(cudaMemcpy(hb.data(), b, n * 4, cudaMemcpyDeviceToHost));
+	double d = 0, m = 0;
+	*bad = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (!(fabsf(hb[i]) <= 3.4e38f) || !(fabsf(ha[i]) <= 3.4e38f)) {
+			++*bad;
+			continue;
+		}
+		d = std::max(d, (double)fabsf(ha[i] - hb[i]));
+		m = std::max(m, (double)fabsf(hb[i]));
+	}
+	return m > 0 ? d / m : d;
 }
 
 /* A device int holding v (a position, read by the kernels on the device). */

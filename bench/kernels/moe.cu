@@ -7,9 +7,13 @@
  *     and the chunked gemv tiles of d99d56c (chunk, old/moe_chunk.cuh)
  *     against the library's (new: tiles of one route on the row-staged
  *     core); Q8_0: chunk against new;
- *   - a 512-token prefill chunk, 2048 routes spread evenly over the 64
- *     experts, IQ4_NL: the library's tile of 64 routes (new, x4k_moe_tile's
- *     choice) against the decode tile of 4 (tile4).
+ *   - prefill chunks of 512 and 4096 tokens, 2048 and 16384 routes spread
+ *     evenly over the 64 experts, IQ4_NL: the library's tile of 64 routes
+ *     (x4k_moe_tile's choice) on its two gemm cores (x4k_gemm_mma_set), the
+ *     FMA core (old) and the tensor-core core (new, kernels/gemm_mma.cuh,
+ *     sm_80 and later), after a check that their route outputs agree
+ *     within 1e-4 of their largest (normwise; "# check" lines, exit 1 if
+ *     not); at 512 also the decode tile of 4 (tile4).
  * Before the timings, a self-check: the one-token outputs (h and the route
  * outputs) of new and chunk must be the same bits, in both formats (a
  * "# bitwise: equal" line on stderr; "# bitwise: DIFFER" and exit 1 if
@@ -29,28 +33,10 @@
 #include "old/moe_chunk.cuh" /* before quant_dev_317.cuh: its T_EXP and SMALL_NV are macros */
 #include "old/quant_dev_317.cuh"
 
-/* Every block's fp16 scale (its first 2 bytes; bb bytes a block) made
- * finite: exponent field 10..13, sign and mantissa kept. */
-__global__ void finite_scales(uint8_t *w, size_t n_blocks, int bb)
-{
-	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n_blocks;
-	     i += (size_t)gridDim.x * blockDim.x) {
-		uint16_t *h = reinterpret_cast<uint16_t *>(w + i * bb);
-		const unsigned v = *h;
-		*h = (uint16_t)((v & 0x83ffu) | (((v >> 10) & 3u) + 10u) << 10);
-	}
-}
-
 /* n_expert matrices of n rows of k values of type, random blocks with finite scales */
 static void *experts_make(int type, int E, int n, int k, uint32_t seed)
 {
-	size_t nb = (size_t)E * n * (k / x4_type_block_elems(type));
-	size_t bytes = nb * x4_type_block_bytes(type);
-	void *w = lab_alloc(bytes);
-	lab_bytes(w, bytes, seed);
-	finite_scales<<<1024, 256>>>((uint8_t *)w, nb, x4_type_block_bytes(type));
-	LAB_CK(cudaGetLastError());
-	return w;
+	return lab_blocks(type, (size_t)E * n, k, seed);
 }
 
 struct routed {
@@ -107,7 +93,7 @@ int main(int argc, char **argv)
 	lab_init(&L, argc, argv, "times the routed experts, top-4 of 64: one token and 512");
 	const x4_config c = lab_model();
 	const int d = c.n_embd, f = c.n_ff_exp, E = c.n_expert, k = c.n_expert_used;
-	const int T = 512;
+	const int T = 4096; /* the largest chunk: x and the workspace serve every case */
 	const int types[2] = { X4_T_IQ4_NL, X4_T_Q8_0 };
 	void *gate[2], *up[2], *down[2];
 	for (int i = 0; i < 2; i++) {
@@ -167,8 +153,14 @@ int main(int argc, char **argv)
 		LAB_CK(cudaFree(m.rws));
 	}
 
-	{ /* a 512-token chunk: token t on experts b, b+16, b+32, b+48 (b a hash
-	   * of t), 32 routes an expert on average, every expert used */
+	/* chunks of 512 and 4096 tokens: token t on experts b, b+16, b+32, b+48
+	 * (b a hash of t), T*4/64 routes an expert on average, every expert
+	 * used; tiles of 64 routes on the FMA core (old) and on the tensor
+	 * cores (new), after a check of the two on the same data (the route
+	 * outputs within 1e-4 of their max, normwise), and at 512 the decode
+	 * tile of 4 (tile4) */
+	bool ok = true;
+	for (const int T : { 512, 4096 }) {
 		std::vector<int32_t> sel((size_t)T * k);
 		std::vector<float> wts((size_t)T * k, 1.0f / k);
 		for (int t = 0; t < T; t++) {
@@ -180,17 +172,46 @@ int main(int argc, char **argv)
 		double bytes = E * eb + 4.0 * T * d + 4.0 * T * k * d, flops = 6.0 * T * k * f * d;
 		char nm[64];
 		snprintf(nm, sizeof nm, "%dtok_top4_3584x1024", T);
-		const int tiles[2] = { x4k_moe_tile(T, k), 4 };
-		const char *variant[2] = { "new", "tile4" };
-		for (int i = 0; i < 2 && L.run_new; i++) {
-			routed m;
-			routes_make(&m, T, k, E, tiles[i], sel.data(), wts.data(), L.s);
-			lab_row(&L, "moe_experts", variant[i], nm, bytes, lab_time_us(&L, [&] {
+		routed m;
+		routes_make(&m, T, k, E, x4k_moe_tile(T, k), sel.data(), wts.data(), L.s);
+		const size_t no = (size_t)T * k * d;
+		float *ref = (float *)lab_alloc(no * 4);
+		const float *on;
+		x4k_gemm_mma_set(0);
+		LAB_X4(x4k_moe_experts(&m.r, X4_T_IQ4_NL, x, d, f, gate[0], up[0], down[0], ws, wsb, &on, L.s,
+				       &e), e);
+		LAB_CK(cudaMemcpyAsync(ref, on, no * 4, cudaMemcpyDeviceToDevice, L.s));
+		x4k_gemm_mma_set(1);
+		LAB_X4(x4k_moe_experts(&m.r, X4_T_IQ4_NL, x, d, f, gate[0], up[0], down[0], ws, wsb, &on, L.s,
+				       &e), e);
+		LAB_CK(cudaStreamSynchronize(L.s));
+		size_t bad;
+		const double diff = lab_normwise_diff(on, ref, no, &bad);
+		const bool same = diff <= 1e-4 && bad == 0;
+		fprintf(stderr, "# check %s: route outputs max|new - old| / max|old| %.3g, %zu not finite: %s\n",
+			nm, diff, bad, same ? "ok" : "DIFFER");
+		ok = ok && same;
+		LAB_CK(cudaFree(ref));
+		for (int core = 0; core < 2; core++) {
+			if (!(core ? L.run_new : L.run_old))
+				continue;
+			x4k_gemm_mma_set(core);
+			lab_row(&L, "moe_experts", core ? "new" : "old", nm, bytes, lab_time_us(&L, [&] {
+					LAB_X4(x4k_moe_experts(&m.r, X4_T_IQ4_NL, x, d, f, gate[0], up[0],
+							       down[0], ws, wsb, NULL, L.s, &e), e);
+				}), flops);
+		}
+		x4k_gemm_mma_set(1);
+		LAB_CK(cudaFree(m.rws));
+		if (T == 512 && L.run_new) {
+			routes_make(&m, T, k, E, 4, sel.data(), wts.data(), L.s);
+			lab_row(&L, "moe_experts", "tile4", nm, bytes, lab_time_us(&L, [&] {
 					LAB_X4(x4k_moe_experts(&m.r, X4_T_IQ4_NL, x, d, f, gate[0], up[0],
 							       down[0], ws, wsb, NULL, L.s, &e), e);
 				}), flops);
 			LAB_CK(cudaFree(m.rws));
 		}
 	}
-	return 0;
+	fprintf(stderr, "# check: %s\n", ok ? "both chunks ok" : "DIFFER");
+	return ok ? 0 : 1;
 }

@@ -470,6 +470,7 @@ static int run(x4_trunk_cuda *t, const int32_t *ids, int n, float *logits, bool 
 	const float *pick_row = t->w.logits; /* where the last position's logits land */
 	X4_CUDA_TRY(cudaSetDevice(t->dev), "select the CUDA device", e);
 	x4k_pdl_set(t->o.pdl); /* process-wide: a trunk sets its own before it launches */
+	x4k_gemm_mma_set(t->o.gemm == X4_GEMM_MMA); /* likewise */
 	fwd f = { t, &t->w, c, t->s, 0, e };
 	int rc = 0;
 	for (int done = 0; done < n && !rc; done += t->chunk) {

@@ -65,6 +65,8 @@ static int check_opts(const x4_model *m, const x4_trunk_opts *o, x4_trunk_opts *
 	if (o->attn != X4_ATTN_FP32 && o->attn != X4_ATTN_MMA && o->attn != X4_ATTN_AUTO)
 		return x4_err_set(e, X4_EINVAL, "decode attention %d is not one of fp32, mma, auto",
 				  o->attn);
+	if (o->gemm != X4_GEMM_MMA && o->gemm != X4_GEMM_FMA)
+		return x4_err_set(e, X4_EINVAL, "prefill product core %d is not one of mma, fma", o->gemm);
 	/* (the compute capability, sm_80 for mma, is the CUDA trunk's to check) */
 	if (o->device >= 0 && o->attn == X4_ATTN_MMA &&
 	    !x4k_mla_mma_shape(c->n_head, c->kv_lora, c->d_rope))
@@ -138,9 +140,9 @@ int x4_trunk_configure(x4_trunk *t, const x4_trunk_opts *o, x4_err *e)
 	if (rc)
 		return rc;
 	if (t->cuda) {
-		/* (a change of pdl or attn alone also lands here: the step's
-		 * graph is captured anew with the launches' new attributes or
-		 * the other attention kernel) */
+		/* (a change of pdl, attn or gemm alone also lands here: the
+		 * step's graph is captured anew with the launches' new
+		 * attributes or the other attention kernel) */
 		rc = x4_trunk_cuda_configure(t->cuda, &r, e);
 	} else {
 		/* The CPU trunk reads the weights in place: a new one costs its
@@ -363,6 +365,8 @@ int x4_trunk_cache_restore(x4_trunk *t, int n, const void *rows, x4_err *e)
  * - attn, likewise: the tensor-core decode attention is not the fp32
  *   kernel's bits (docs/numerics.md 1.7), and its output feeds every later
  *   layer's rows (0 on the CPU, which has one attention);
+ * - gemm, likewise for the prefill's products (docs/numerics.md 1.10; 0 on
+ *   the CPU);
  * - device: the CPU's rows are floats or doubles and the GPU's fp16, and
  *   another GPU may take other kernels;
  * - not max_ctx (a row does not depend on the cache's size), threads (every
@@ -383,6 +387,7 @@ void x4_trunk_cache_key(const x4_trunk *t, x4_cache_key *k)
 	k->kv16 = t->cpu ? t->cpu->kv16 : 1;
 	k->hc_eager = t->cuda ? t->o.hc_eager : 0;
 	k->attn = t->cuda ? x4_trunk_cuda_attn(t->cuda) : X4_ATTN_FP32;
+	k->gemm = t->cuda ? t->o.gemm : X4_GEMM_MMA;
 	k->row_bytes = x4_trunk_cache_row_bytes(t);
 }
 

@@ -11,12 +11,18 @@ struct pcase {
 	uint64_t seed;
 };
 
-static void run_product(const char *label, struct pcase c, int check_tok)
+/* x4k_gemm's core as the case text names it (x4k_gemm_mma_get: the tensor
+ * cores where the device and the shape take them, else the FMA core) */
+static const char *gemm_core(void) { return x4k_gemm_mma_get() ? "mma" : "fma"; }
+
+/* mv: x4k_gemv (one token), else x4k_gemm (any number, one included) */
+static void run_product_op(const char *label, struct pcase c, int check_tok, bool mv)
 {
-	const char *op = c.t == 1 ? "gemv" : "gemm";
+	const char *op = mv ? "gemv" : "gemm";
 	char cas[200], name[64];
-	snprintf(cas, sizeof cas, "op %s type %s rows %d cols %d tokens %d seed %llu", op,
-		 x4_type_name(c.type), c.n, c.k, c.t, (unsigned long long)c.seed);
+	snprintf(cas, sizeof cas, "op %s type %s rows %d cols %d tokens %d seed %llu%s%s", op,
+		 x4_type_name(c.type), c.n, c.k, c.t, (unsigned long long)c.seed,
+		 mv ? "" : " core ", mv ? "" : gemm_core());
 	if (!t_want(op, cas))
 		return;
 	rng_seed(c.seed);
@@ -29,9 +35,10 @@ static void run_product(const char *label, struct pcase c, int check_tok)
 	float *dx = dput(x, (size_t)c.t * c.k * 4);
 	float *dy = dalloc((size_t)c.t * c.n * 4);
 	poison(dy, (size_t)c.t * c.n * 4);
-	int rc = c.t == 1 ? x4k_gemv(c.type, dw, c.n, c.k, dx, dy, st, &err)
+	int rc = mv ? x4k_gemv(c.type, dw, c.n, c.k, dx, dy, st, &err)
 			  : x4k_gemm(c.type, dw, c.n, c.k, c.t, dx, dy, st, &err);
-	snprintf(name, sizeof name, "%s %s %s", op, x4_type_name(c.type), label);
+	snprintf(name, sizeof name, "%s %s %s%s%s", op, x4_type_name(c.type), label, mv ? "" : " ",
+		 mv ? "" : gemm_core());
 	if (!rc)
 		rc = x4_cuda_check(cudaStreamSynchronize(st), "kernel", &err);
 	if (rc) {
@@ -40,16 +47,17 @@ static void run_product(const char *label, struct pcase c, int check_tok)
 	}
 	float *y = hmalloc((size_t)c.t * c.n * 4);
 	dget(y, dy, (size_t)c.t * c.n * 4);
-	if (c.t == 1) { /* a fixed reduction order: the same bits on a second run */
-		float *y2 = hmalloc((size_t)c.n * 4);
-		poison(dy, (size_t)c.n * 4);
-		int rc2 = x4k_gemv(c.type, dw, c.n, c.k, dx, dy, st, &err);
+	{ /* a fixed reduction order: the same bits on a second run */
+		const size_t yb = (size_t)c.t * c.n * 4;
+		float *y2 = hmalloc(yb);
+		poison(dy, yb);
+		int rc2 = mv ? x4k_gemv(c.type, dw, c.n, c.k, dx, dy, st, &err)
+				   : x4k_gemm(c.type, dw, c.n, c.k, c.t, dx, dy, st, &err);
 		if (!rc2)
-			dget(y2, dy, (size_t)c.n * 4);
+			dget(y2, dy, yb);
 		char nm[96];
 		snprintf(nm, sizeof nm, "%s bit-identical rerun", name);
-		T_OK(!rc2 && !memcmp(y, y2, (size_t)c.n * 4), nm, "%s: %s", cas,
-		     rc2 ? err.msg : "outputs differ");
+		T_OK(!rc2 && !memcmp(y, y2, yb), nm, "%s: %s", cas, rc2 ? err.msg : "outputs differ");
 		free(y2);
 	}
 	/* The reference on every token, or on check_tok of them (the first, the
@@ -83,6 +91,11 @@ static void run_product(const char *label, struct pcase c, int check_tok)
 out:
 	x4_dev_free(dw), x4_dev_free(dx), x4_dev_free(dy);
 	free(w), free(x);
+}
+
+static void run_product(const char *label, struct pcase c, int check_tok)
+{
+	run_product_op(label, c, check_tok, c.t == 1);
 }
 
 /* x4k_gemv2: two matrices sharing x in one launch.  Each output against

@@ -83,10 +83,12 @@ static void test_experts(const char *label, const struct moe_w *w, int n_tok, in
 	int d = w->d, E = w->n_expert;
 	size_t nr = (size_t)n_tok * k;
 	char cas[200], name[96];
+	/* tiles of 64 routes run on x4k_gemm_mma_get()'s core (gemm_quant.h) */
+	const char *core = tile == 64 ? gemm_core() : "gemv";
 	snprintf(cas, sizeof cas, "op moe_experts type %s d %d f %d experts %d k %d tokens %d tile %d "
-		 "seed %llu", x4_type_name(w->type), d, w->f, E, k, n_tok, tile,
-		 (unsigned long long)seed);
-	snprintf(name, sizeof name, "moe experts %s %s tile %d", x4_type_name(w->type), label, tile);
+		 "seed %llu core %s", x4_type_name(w->type), d, w->f, E, k, n_tok, tile,
+		 (unsigned long long)seed, core);
+	snprintf(name, sizeof name, "moe experts %s %s tile %d %s", x4_type_name(w->type), label, tile, core);
 	if (!t_want("moe_experts", cas))
 		return;
 	rng_seed(seed);
@@ -122,8 +124,8 @@ static void test_experts(const char *label, const struct moe_w *w, int n_tok, in
 	compare(name, cas, y1, ref, mag, (size_t)n_tok * d);
 
 	/* the same bits on a second run */
-	snprintf(name, sizeof name, "moe experts %s %s tile %d bit-identical rerun",
-		 x4_type_name(w->type), label, tile);
+	snprintf(name, sizeof name, "moe experts %s %s tile %d %s bit-identical rerun",
+		 x4_type_name(w->type), label, tile, core);
 	int rc = moe_forward(&m, w, true);
 	if (!rc)
 		dget(y2, m.dy, (size_t)n_tok * d * 4);
@@ -141,8 +143,8 @@ static void test_experts(const char *label, const struct moe_w *w, int n_tok, in
 			route[i] = route[j];
 			route[j] = tmp;
 		}
-	snprintf(name, sizeof name, "moe experts %s %s tile %d bit-identical permuted table",
-		 x4_type_name(w->type), label, tile);
+	snprintf(name, sizeof name, "moe experts %s %s tile %d %s bit-identical permuted table",
+		 x4_type_name(w->type), label, tile, core);
 	rc = x4_dev_upload(m.r.route, route, nr * 4, "route", &err);
 	if (!rc)
 		rc = moe_forward(&m, w, false);
@@ -160,7 +162,8 @@ static void test_experts(const char *label, const struct moe_w *w, int n_tok, in
 			sel[a] = sel[b], wts[a] = wts[b];
 			sel[b] = ts, wts[b] = tw;
 		}
-	snprintf(name, sizeof name, "moe experts %s tile %d bit-identical permuted slots", label, tile);
+	snprintf(name, sizeof name, "moe experts %s tile %d %s bit-identical permuted slots", label, tile,
+		 core);
 	rc = x4_dev_upload(m.r.sel, sel, nr * 4, "sel", &err);
 	if (!rc)
 		rc = x4_dev_upload(m.r.wts, wts, nr * 4, "wts", &err);
@@ -252,13 +255,53 @@ static void test_shape(const char *label, int type, int d, int f, int n_expert, 
 	moe_w_free(&w);
 }
 
+/* The prefill tiles of 64 routes on each core (x4k_gemm_mma_set): the FMA
+ * core's cases, then the tensor-core core's (kernels/gemm_mma.cuh, sm_80
+ * and later) at the tiny preset's shape (d 256, f 128: down's IQ4_NL rows
+ * of 72 bytes at every even offset of their lines, top-4 of 16) and the
+ * model's (d 3584, f 1024, top-4 of 64) from one token to 600, an expert
+ * taken by every token (skew: 2 and 3 tiles of it), in both formats. */
+static void test_moe_prefill(int mma)
+{
+	const int was = x4k_gemm_mma_get();
+	x4k_gemm_mma_set(mma);
+	struct moe_w w;
+	moe_w_make(&w, X4_T_IQ4_NL, 96, 160, 6, 61);
+	test_experts("tiny", &w, 3, 2, 64, -1, 63);
+	test_experts("tiny", &w, 70, 3, 64, 2, 64);
+	moe_w_free(&w);
+	moe_w_make(&w, X4_T_IQ4_NL, 256, 128, 16, 110);
+	test_experts("tiny preset", &w, 37, 4, 64, 5, 111);
+	test_experts("tiny preset", &w, 129, 4, 64, 5, 112);
+	moe_w_free(&w);
+	moe_w_make(&w, X4_T_IQ4_NL, 3584, 1024, 64, 71);
+	test_experts("model prefill", &w, 1, 4, 64, -1, 113);
+	test_experts("model prefill", &w, 70, 4, 64, 9, 74);
+	test_experts("model prefill", &w, 130, 4, 64, 9, 114);
+	if (mma)
+		test_experts("model prefill", &w, 600, 4, 64, 9, 115);
+	moe_w_free(&w);
+	moe_w_make(&w, X4_T_Q8_0, 96, 160, 6, 76);
+	test_experts("tiny", &w, 70, 3, 64, 2, 78);
+	moe_w_free(&w);
+	moe_w_make(&w, X4_T_Q8_0, 256, 128, 16, 116);
+	test_experts("tiny preset", &w, 129, 4, 64, 5, 117);
+	moe_w_free(&w);
+	moe_w_make(&w, X4_T_Q8_0, 3584, 1024, 64, 79);
+	test_experts("model prefill", &w, 70, 4, 64, 9, 81);
+	test_experts("model prefill", &w, 130, 4, 64, 9, 118);
+	moe_w_free(&w);
+	x4k_gemm_mma_set(was);
+}
+
 static void test_moe_experts(void)
 {
+	test_moe_prefill(0);
+	test_moe_prefill(1);
+
 	struct moe_w tiny;
 	moe_w_make(&tiny, X4_T_IQ4_NL, 96, 160, 6, 61);
 	test_experts("tiny", &tiny, 3, 2, 4, -1, 62);
-	test_experts("tiny", &tiny, 3, 2, 64, -1, 63);
-	test_experts("tiny", &tiny, 70, 3, 64, 2, 64); /* expert 2: 70 routes, two tiles */
 	test_experts("tiny", &tiny, 70, 3, 4, 2, 65);
 	test_experts("tiny", &tiny, 1, 2, 4, -1, 82); /* one route a tile, on the chunked core */
 	moe_w_free(&tiny);
@@ -281,7 +324,6 @@ static void test_moe_experts(void)
 	/* expert 7: 5 routes, tiles of 4 and 1, beside ~15 tiles of one */
 	test_experts("model mixed tiles", &full_w, 5, 4, 4, 7, 86);
 	test_experts("model decode", &full_w, 3, 4, 1, 7, 87);
-	test_experts("model prefill", &full_w, 70, 4, 64, 9, 74);
 	test_experts("model prefill", &full_w, 70, 4, 4, 9, 75);
 	test_experts_sum("model", &full_w, X4_T_IQ4_NL, 4, 98);
 	test_experts_sum("model, 3 routes", &full_w, X4_T_IQ4_NL, 3, 99);
@@ -312,13 +354,11 @@ static void test_moe_experts(void)
 	struct moe_w q8;
 	moe_w_make(&q8, X4_T_Q8_0, 96, 160, 6, 76);
 	test_experts("tiny", &q8, 3, 2, 4, -1, 77);
-	test_experts("tiny", &q8, 70, 3, 64, 2, 78);
 	moe_w_free(&q8);
 	test_shape("tiny row", X4_T_Q8_0, 256, 512, 5, 93, 1, 3, 4, -1, 94);
 	moe_w_make(&q8, X4_T_Q8_0, 3584, 1024, 64, 79);
 	test_experts("model decode", &q8, 1, 4, 4, -1, 80);
 	test_experts("model mixed tiles", &q8, 5, 4, 4, 7, 95);
-	test_experts("model prefill", &q8, 70, 4, 64, 9, 81);
 	/* Q8_0 experts beside an IQ4_NL shared expert (as x4-synth --expert-type
 	 * q8_0 writes them): the three launches */
 	test_experts_sum("model, three launches", &q8, X4_T_IQ4_NL, 4, 104);

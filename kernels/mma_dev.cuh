@@ -1,0 +1,76 @@
+/*
+ * mma_dev.cuh - the tensor-core and asynchronous-copy instructions of sm_80
+ * and later, as the prefill's tensor-core gemm core (gemm_mma.cuh) issues
+ * them: cp.async into shared memory, mma.sync m16n8k16 on BF16 operands
+ * with fp32 accumulators, and the packed BF16 fma.  Everything here is
+ * compiled for sm_80 and later only; a kernel that calls it keeps its body
+ * under the same guard and its launcher checks the device on the host.
+ *
+ * Fragment layouts of mma.m16n8k16 (PTX ISA), lane l, g = l >> 2, c = l & 3,
+ * the lower k index of a pair in a register's low half:
+ *   A 16x16 (row-major):  reg r holds A[g + 8*(r&1)][2c + 8*(r>>1) + {0,1}]
+ *   B 16x8 ("col"):       reg r holds B[2c + 8r + {0,1}][g]
+ *   C 16x8 fp32:          reg r holds C[g + 8*(r>>1)][2c + (r&1)]
+ */
+#ifndef X4_MMA_DEV_CUH
+#define X4_MMA_DEV_CUH
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+namespace x4m {
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+__device__ __forceinline__ uint32_t smem_u32(const void *p)
+{
+	return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+/* 16 bytes from global src to shared dst (both 16-byte aligned), of which
+ * the first src_bytes (0..16) are read and the rest are zeros. */
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, int src_bytes)
+{
+	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes)
+		     : "memory");
+}
+
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+
+/* Wait until at most N of this thread's committed groups are pending. */
+template <int N>
+__device__ __forceinline__ void cp_async_wait()
+{
+	asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+/* Four 8x8 matrices of 16-bit values (lanes 8i..8i+7 give the 16-byte row
+ * addresses of matrix i): register i gets matrix i's [l >> 2][2(l & 3) + {0,1}]. */
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr)
+{
+	asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+		     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+		     : "r"(addr)
+		     : "memory");
+}
+
+/* d += A . B: BF16 in, fp32 accumulate. */
+__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
+{
+	asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+	    "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+	    : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+	    : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* a * b + c on two packed BF16, rounded to nearest. */
+__device__ __forceinline__ uint32_t fma_bf16x2(uint32_t a, uint32_t b, uint32_t c)
+{
+	uint32_t d;
+	asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+	return d;
+}
+#endif
+
+} /* namespace x4m */
+
+#endif
