@@ -153,9 +153,9 @@ const char x4t_trunk_help[] =
 "      --pdl on|off        GPU, sm_90 and later: programmatic dependent launch,\n"
 "                          each kernel's weight loads issued before it waits for\n"
 "                          its input (default on)\n"
-"      --attn A            GPU decode attention: fp32 (default) or mma (tensor\n"
-"                          cores, sm_80 and later, the model's shape; an option\n"
-"                          until priced: not the default's bits)\n";
+"      --attn A            GPU attention: fp32 (default) or mma (tensor cores for\n"
+"                          decode and prefill, sm_80 and later, the model's\n"
+"                          shape; an option until priced: not the default's bits)\n";
 
 const char x4t_load_help[] =
 "      --device DEV        cpu (default) or cuda:N\n"

@@ -488,9 +488,9 @@ enum x4_prec { X4_PREC_F32 = 0, X4_PREC_F64 = 1 };
  * the numpy oracle's kv='f16'); EXACT keeps the arithmetic's width (F32 +
  * EXACT isolates the arithmetic from the cache's rounding in comparisons). */
 enum x4_kv { X4_KV_DEFAULT = 0, X4_KV_F16 = 1, X4_KV_EXACT = 2 };
-/* The GPU's decode attention (one token a step; prefill has one kernel):
- * FP32 the fp32 kernel (the default, the golden digests' bits), MMA the
- * tensor-core kernel (docs/numerics.md 1.7: fp32-accurate products from
+/* The GPU's attention, a decode step's and a prefill chunk's: FP32 the
+ * fp32 kernels (the default, the golden digests' bits), MMA the
+ * tensor-core kernels (docs/numerics.md 1.7: fp32-accurate products from
  * split fp16 operands, not the same bits), an option until priced.  MMA
  * needs sm_80 or newer and the model's attention shape (heads a multiple
  * of 16, kv_lora 512, rope 64): a trunk refuses it elsewhere (X4_EINVAL).

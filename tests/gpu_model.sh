@@ -11,7 +11,8 @@
 #     x4-walk-residual --device cuda:0 --tokens 2 keeps the f32 arm finite with
 #     the CPU's fp32 top-4, and its whole table matches the CPU's within the
 #     tolerance of each arm's residual width (the plain tiny preset likewise);
-#   the tensor-core decode attention (--attn mma, docs/numerics.md 1.7) on the
+#   the tensor-core attention (--attn mma, docs/numerics.md 1.7: the prompt's
+#     prefill chunk and every decode step) on the
 #     small preset (the model's attention shape): greedy for 64 steps, the CPU
 #     references' tokens and logits within their tolerances, bit-identical
 #     when run twice (not the golden digest: its bits are the fp32 kernel's);
