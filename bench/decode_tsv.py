@@ -5,6 +5,16 @@ steps leave in one folder:
 
     python3 bench/decode_tsv.py DIR COMMIT DATE [PROFILE_OPTS] > bench/results/decode.tsv
 
+and, with --prefill first, the prefill goal table (issue 12) with the same
+header, from the `decode` step's files and the `long` step's long-N.json
+(x4-run at N tokens of context):
+
+    python3 bench/decode_tsv.py --prefill DIR COMMIT DATE > bench/results/prefill.tsv
+
+prefill_tok_s by prompt length (x4-bench-abab's arms at 512 and 4096, x4-run
+beyond), decode_tok_s and first_step_ms by context where x4-run ran, and
+max_context: the longest context a run prefilled and decoded in.
+
 PROFILE_OPTS: the options the profile ran with (DECODE_OPTS of the profile
 step, e.g. "--pdl off"), written into its rows' command.
 
@@ -18,8 +28,12 @@ import os
 import re
 import sys
 
-d, commit, date = sys.argv[1:4]
-popts = (" " + sys.argv[4]) if len(sys.argv) > 4 and sys.argv[4] else ""
+argv = sys.argv[1:]
+prefill_mode = bool(argv) and argv[0] == "--prefill"
+if prefill_mode:
+    argv = argv[1:]
+d, commit, date = argv[0:3]
+popts = (" " + argv[3]) if len(argv) > 3 and argv[3] else ""
 gpu = "NVIDIA H200"
 rows = []
 
@@ -35,62 +49,112 @@ def tsv(path):
     return [dict(zip(head, l)) for l in lines[1:]]
 
 
-for ctx in (512, 4096):
-    p = os.path.join(d, "decode-%d.tsv" % ctx)
-    if not os.path.exists(p):
-        continue
-    t = tsv(p)
-    arms = [r for r in t if r["kind"] == "arm"]
-    ms = sum(float(r["decode_ms_tok"]) for r in arms) / len(arms)
-    cmd = ("x4-bench-abab -m FULL --device cuda:0 -a '' -b '' --prompt-tokens %d -n 64 "
-           "--pairs 2 --warmup 1" % ctx)
-    row("decode_tok_s", ctx, "%.1f" % (1000.0 / ms), "tok/s", cmd)
-    firsts = sorted(float(r["first_step_ms"]) for r in t if r["kind"] == "run")
-    row("first_step_ms", ctx, "%.3f" % firsts[len(firsts) // 2], "ms", cmd + " (median first step)")
-p = os.path.join(d, "decode-32768.json")
-if os.path.exists(p):
-    j = json.load(open(p))
-    cmd = "x4-run -m FULL --device cuda:0 -f 32k-prompt -n 64 --ignore-eos --max-model-len 32832"
-    if j.get("decode_tok_s"):
-        row("decode_tok_s", j["prompt_tokens"], "%.1f" % j["decode_tok_s"], "tok/s", cmd)
-    if j.get("first_step_ms"):
-        row("first_step_ms", j["prompt_tokens"], "%.3f" % j["first_step_ms"], "ms", cmd)
+def abab_cmd(ctx):
+    return ("x4-bench-abab -m FULL --device cuda:0 -a '' -b '' --prompt-tokens %d -n 64 "
+            "--pairs 2 --warmup 1" % ctx)
 
-WEIGHT_CLASSES = {"routed_experts": "experts", "shared_expert": "shared_expert",
-                  "dense_ffn": "dense_ffn", "head_pick": "head"}
-for ctx in (512, 4096):
-    p = os.path.join(d, "profile-%d.tsv" % ctx)
-    if not os.path.exists(p):
-        continue
-    err = open(os.path.join(d, "profile-%d.err" % ctx)).read()
-    m = re.search(r"read ceiling ([0-9.]+) GB/s", err)
-    ceiling = float(m.group(1)) if m else float("nan")
-    t = tsv(p)
-    cmd = "x4-profile -m FULL --device cuda:0 --context %d --steps 16%s" % (ctx, popts)
-    step = {r["name"]: r for r in t if r["section"] == "step"}
-    row("kernels_per_step", ctx, "%d" % float(step["kernels"]["launches_step"]), "kernels", cmd)
-    kern = [r for r in t if r["section"] == "kernel"]
-    hc = sum(float(r["us_step"]) for r in kern if r["class"] == "hc_gate")
-    row("hc_gate_us", ctx, "%.2f" % (hc / 80), "us", cmd + " (hc_gate class / 80 sublayers)")
-    att = sum(float(r["us_step"]) for r in kern if r["class"] == "attention"
-              and re.search(r"mla_attn|mla_combine|mla_decode|attend", r["name"]))
-    row("attn_layer_us", ctx, "%.2f" % (att / 40), "us", cmd + " (decode attention kernels / 40 layers)")
-    fam = {}
-    for r in kern:
-        if r["bytes_step"] in ("", "0", "NA"):
-            continue
-        f = WEIGHT_CLASSES.get(r["class"])
-        if r["class"] == "attention" and re.search(r"gemv|bmv", r["name"]):
-            f = "attention"
-        if not f:
-            continue
-        b, us = fam.get(f, (0.0, 0.0))
-        fam[f] = (b + float(r["bytes_step"]), us + float(r["us_step"]))
-    for f, (b, us) in sorted(fam.items()):
-        gbps = b / (us * 1e-6) / 1e9
-        row("stream_pct_of_ceiling_" + f, ctx, "%.1f" % (100 * gbps / ceiling), "%",
-            cmd + " (%.0f GB/s of %.0f)" % (gbps, ceiling))
 
+def run_cmd(j):
+    n = j["prompt_tokens"]
+    return ("x4-run -m FULL --device cuda:0 -f %d-word-prompt -n %d --ignore-eos --max-model-len %d"
+            % (n, j.get("generated_tokens", 64), j.get("max_ctx", n + 64)))
+
+
+def prefill_rows():
+    for ctx in (512, 4096):
+        p = os.path.join(d, "decode-%d.tsv" % ctx)
+        if not os.path.exists(p):
+            continue
+        arms = [r for r in tsv(p) if r["kind"] == "arm"]
+        rate = sum(float(r["prefill_tok_s"]) for r in arms) / len(arms)
+        row("prefill_tok_s", ctx, "%.1f" % rate, "tok/s", abab_cmd(ctx))
+    runs = []
+    for name in sorted(os.listdir(d)):
+        if name == "decode-32768.json" or re.fullmatch(r"long-[0-9]+\.json", name):
+            try:
+                runs.append(json.load(open(os.path.join(d, name))))
+            except ValueError:
+                continue
+    runs.sort(key=lambda j: j["prompt_tokens"])
+    longest = None
+    for j in runs:
+        cmd = run_cmd(j)
+        if j.get("prefill_tok_s"):
+            row("prefill_tok_s", j["prompt_tokens"], "%.1f" % j["prefill_tok_s"], "tok/s", cmd)
+        if j.get("decode_tok_s"):
+            row("decode_tok_s", j["prompt_tokens"], "%.1f" % j["decode_tok_s"], "tok/s", cmd)
+            longest = j
+        if j.get("first_step_ms"):
+            row("first_step_ms", j["prompt_tokens"], "%.3f" % j["first_step_ms"], "ms", cmd)
+    if longest:
+        n = longest["prompt_tokens"] + longest.get("generated_tokens", 0)
+        row("max_context", n, "%d" % n, "positions", run_cmd(longest) +
+            " (the longest run that prefilled and decoded)")
+
+
+def decode_rows():
+    for ctx in (512, 4096):
+        p = os.path.join(d, "decode-%d.tsv" % ctx)
+        if not os.path.exists(p):
+            continue
+        t = tsv(p)
+        arms = [r for r in t if r["kind"] == "arm"]
+        ms = sum(float(r["decode_ms_tok"]) for r in arms) / len(arms)
+        cmd = ("x4-bench-abab -m FULL --device cuda:0 -a '' -b '' --prompt-tokens %d -n 64 "
+               "--pairs 2 --warmup 1" % ctx)
+        row("decode_tok_s", ctx, "%.1f" % (1000.0 / ms), "tok/s", cmd)
+        firsts = sorted(float(r["first_step_ms"]) for r in t if r["kind"] == "run")
+        row("first_step_ms", ctx, "%.3f" % firsts[len(firsts) // 2], "ms", cmd + " (median first step)")
+    p = os.path.join(d, "decode-32768.json")
+    if os.path.exists(p):
+        j = json.load(open(p))
+        cmd = "x4-run -m FULL --device cuda:0 -f 32k-prompt -n 64 --ignore-eos --max-model-len 32832"
+        if j.get("decode_tok_s"):
+            row("decode_tok_s", j["prompt_tokens"], "%.1f" % j["decode_tok_s"], "tok/s", cmd)
+        if j.get("first_step_ms"):
+            row("first_step_ms", j["prompt_tokens"], "%.3f" % j["first_step_ms"], "ms", cmd)
+
+    WEIGHT_CLASSES = {"routed_experts": "experts", "shared_expert": "shared_expert",
+                      "dense_ffn": "dense_ffn", "head_pick": "head"}
+    for ctx in (512, 4096):
+        p = os.path.join(d, "profile-%d.tsv" % ctx)
+        if not os.path.exists(p):
+            continue
+        err = open(os.path.join(d, "profile-%d.err" % ctx)).read()
+        m = re.search(r"read ceiling ([0-9.]+) GB/s", err)
+        ceiling = float(m.group(1)) if m else float("nan")
+        t = tsv(p)
+        cmd = "x4-profile -m FULL --device cuda:0 --context %d --steps 16%s" % (ctx, popts)
+        step = {r["name"]: r for r in t if r["section"] == "step"}
+        row("kernels_per_step", ctx, "%d" % float(step["kernels"]["launches_step"]), "kernels", cmd)
+        kern = [r for r in t if r["section"] == "kernel"]
+        hc = sum(float(r["us_step"]) for r in kern if r["class"] == "hc_gate")
+        row("hc_gate_us", ctx, "%.2f" % (hc / 80), "us", cmd + " (hc_gate class / 80 sublayers)")
+        att = sum(float(r["us_step"]) for r in kern if r["class"] == "attention"
+                  and re.search(r"mla_attn|mla_combine|mla_decode|attend", r["name"]))
+        row("attn_layer_us", ctx, "%.2f" % (att / 40), "us", cmd + " (decode attention kernels / 40 layers)")
+        fam = {}
+        for r in kern:
+            if r["bytes_step"] in ("", "0", "NA"):
+                continue
+            f = WEIGHT_CLASSES.get(r["class"])
+            if r["class"] == "attention" and re.search(r"gemv|bmv", r["name"]):
+                f = "attention"
+            if not f:
+                continue
+            b, us = fam.get(f, (0.0, 0.0))
+            fam[f] = (b + float(r["bytes_step"]), us + float(r["us_step"]))
+        for f, (b, us) in sorted(fam.items()):
+            gbps = b / (us * 1e-6) / 1e9
+            row("stream_pct_of_ceiling_" + f, ctx, "%.1f" % (100 * gbps / ceiling), "%",
+                cmd + " (%.0f GB/s of %.0f)" % (gbps, ceiling))
+
+
+
+if prefill_mode:
+    prefill_rows()
+else:
+    decode_rows()
 print("metric\tcontext\tvalue\tunit\tcommit\tgpu\tdate\tcommand")
 for r in rows:
     print("\t".join(r))

@@ -7,7 +7,7 @@
 #   five, in that order).  golden: with an older tree exported to old/ (git archive REV |
 #   tar -x -C old), build its x4-run and write tests/data/gpu_golden_{tiny,small}.json
 #   (its greedy and seed-7 tokens and its logits' sha256) for gpu_model.sh to
-#   compare against.  levers: the record's levers priced by x4-bench-abab on the
+#   compare against (GOLDEN_TREE=.: this tree's own build, labelled COMMIT).  levers: the record's levers priced by x4-bench-abab on the
 #   full preset at LEVER_CTX (default "512 4096") tokens of context.  profile:
 #   x4-profile on the full preset at PROFILE_CTX (default "512 4096"), with traces.
 #   kernels: the kernel lab, old and new kernels side by side (LAB_PROGS:
@@ -32,8 +32,12 @@
 #   client against x4-run (SERVE_ROUNDS, default 3); serve-chat: only its
 #   closing chat.  serve-test: tests/gpu_serve.sh alone.  prefill-profile:
 #   x4-profile --prefill on the full preset at PREFILL_P (default "512 4096").
+#   long: x4-run on the full preset with a prompt of N - 128 words at each N
+#   of LONG_CTX (default 131072), --max-model-len N, 64 tokens: prefill and
+#   decode at long context (long-N.json, each run under LONG_TIMEOUT, default
+#   540 s); `python3 bench/decode_tsv.py --prefill` reads them.
 #   ncu: Nsight Compute's report on a lab program's kernels (NCU_PROG,
-#   NCU_ARGS, NCU_KERNELS, NCU_COUNT; default the experts' kernels of
+#   NCU_ARGS, NCU_KERNELS, NCU_COUNT, NCU_SKIP; default the experts' kernels of
 #   build/bench/moe): a profiled run, never a speed.
 # Logs and tables go to $OUT (or build/gpu-out when OUT is unset).
 set -u
@@ -89,9 +93,17 @@ for s in $steps; do
 			echo "rc=$? $(grep -c '^PASS' "$OUT/sanitize-$t.log") PASS $(grep -c '^FAIL' "$OUT/sanitize-$t.log") FAIL; $(grep 'ERROR SUMMARY' "$OUT/sanitize-$t.log")" | tee -a "$OUT/session.log"
 		done;;
 	golden)
-		log "golden tokens of the tree in old/"
-		[ -d old ] || { echo "no old/ tree"; exit 1; }
-		(cd old && make -j16 CUDA_ARCH=90 bin/x4-run bin/x4-synth >"$OUT/golden-build.log" 2>&1) || { tail -n 20 "$OUT/golden-build.log"; exit 1; }
+		# GOLDEN_TREE=. writes them from this tree's own build (a change
+		# that moves the bits on purpose), labelled with COMMIT.
+		gt=${GOLDEN_TREE:-old}
+		log "golden tokens of the tree in $gt/"
+		if [ "$gt" = . ]; then
+			echo "$COMMIT" >/tmp/x4-golden-commit
+		else
+			[ -d "$gt" ] || { echo "no $gt/ tree"; exit 1; }
+			(cd "$gt" && make -j16 CUDA_ARCH=90 bin/x4-run bin/x4-synth >"$OUT/golden-build.log" 2>&1) || { tail -n 20 "$OUT/golden-build.log"; exit 1; }
+			cat "$gt/COMMIT" >/tmp/x4-golden-commit 2>/dev/null || echo old >/tmp/x4-golden-commit
+		fi
 		mkdir -p tests/data
 		long=""; for _ in 1 2 3 4 5 6 7 8 9 10; do long+="The quick brown fox jumps over the lazy dog, and the dog sleeps on. "; done
 		short="Once upon a time there was a small model that ran on a large card."
@@ -100,10 +112,10 @@ for s in $steps; do
 			bin/x4-synth --preset $p --seed 1 -o "$d" >/dev/null 2>&1 || exit 1
 			prompt=$long; [ $p = small ] && prompt=$short
 			common=(-m "$d" -p "$prompt" -n 64 --ignore-eos --json --device cuda:0)
-			old/bin/x4-run "${common[@]}" >"$OUT/g-$p-greedy.json" 2>/dev/null
-			old/bin/x4-run "${common[@]}" --temperature 0.8 --top-p 0.9 -s 7 >"$OUT/g-$p-samp.json" 2>/dev/null
-			old/bin/x4-run "${common[@]}" --dump-logits /tmp/g-$p.npy >/dev/null 2>&1
-			python3 - "$p" "$OUT/g-$p-greedy.json" "$OUT/g-$p-samp.json" /tmp/g-$p.npy "$(cat old/COMMIT 2>/dev/null || echo old)" >"tests/data/gpu_golden_$p.json" <<'PY'
+			"$gt"/bin/x4-run "${common[@]}" >"$OUT/g-$p-greedy.json" 2>/dev/null
+			"$gt"/bin/x4-run "${common[@]}" --temperature 0.8 --top-p 0.9 -s 7 >"$OUT/g-$p-samp.json" 2>/dev/null
+			"$gt"/bin/x4-run "${common[@]}" --dump-logits /tmp/g-$p.npy >/dev/null 2>&1
+			python3 - "$p" "$OUT/g-$p-greedy.json" "$OUT/g-$p-samp.json" /tmp/g-$p.npy "$(cat /tmp/x4-golden-commit)" >"tests/data/gpu_golden_$p.json" <<'PY'
 import hashlib, json, sys
 p, g, s, npy, rev = sys.argv[1:]
 print(json.dumps({"preset": p, "commit": rev, "greedy": json.load(open(g))["tokens"],
@@ -143,6 +155,18 @@ PY
 		bash bench/kernels/run.sh ${LAB_PROGS:-} >"$OUT/lab.txt" 2>"$OUT/lab.err"; echo "rc $?" >>"$OUT/lab.txt"
 		cp build/bench/lab.tsv "$OUT/" 2>/dev/null
 		tail -n 100 "$OUT/lab.txt";;
+	long)
+		log "long contexts on the full preset: ${LONG_CTX:-131072}"
+		full_preset
+		for n in ${LONG_CTX:-131072}; do
+			python3 -c 'import sys; print(" ".join(["word"] * (int(sys.argv[1]) - 128)))' "$n" >/tmp/plong.txt
+			# shellcheck disable=SC2086
+			timeout "${LONG_TIMEOUT:-540}" bin/x4-run -m /tmp/x4-full --device cuda:0 -f /tmp/plong.txt -n 64 \
+				--ignore-eos --max-model-len "$n" ${DECODE_OPTS:-} --json >"$OUT/long-$n.json" 2>"$OUT/long-$n.err"
+			echo "long $n: exit $? $(tail -c 300 "$OUT/long-$n.err" | tr '\n' ' ')" | tee -a "$OUT/session.log"
+			python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); print("long ctx %d: decode %s tok/s, first step %s ms, prefill %s tok/s" % (j["prompt_tokens"], j["decode_tok_s"], j["first_step_ms"], j["prefill_tok_s"]))' \
+				"$OUT/long-$n.json" 2>/dev/null | tee -a "$OUT/session.log"
+		done;;
 	decode)
 		# The goal table's figures: steady decode by x4-bench-abab (a control
 		# pair: both arms the defaults) at 512 and 4096, x4-run's steady rate
@@ -233,13 +257,14 @@ PY
 		# Nsight Compute on one lab program's kernels (the hardware counters:
 		# a machine on Firecracker has them, gVisor not; the clocks left alone).
 		# NCU_PROG (default moe) with NCU_ARGS (default new), kernels matching
-		# NCU_KERNELS (default regex:moe_), NCU_COUNT launches (default 3);
+		# NCU_KERNELS (default regex:moe_), NCU_COUNT launches (default 3) after
+		# NCU_SKIP (default 0) of them;
 		# the report as text (speed of light, memory, warp stalls, launch).
 		log "ncu on build/bench/${NCU_PROG:-moe}"
 		make -s -j16 bench-kernels CUDA_ARCH=90 >"$OUT/ncu-build.log" 2>&1 || { tail "$OUT/ncu-build.log"; exit 1; }
 		# shellcheck disable=SC2086
 		timeout 400 ncu --clock-control none --kernel-name "${NCU_KERNELS:-regex:moe_}" \
-			--launch-count "${NCU_COUNT:-3}" --section SpeedOfLight --section MemoryWorkloadAnalysis \
+			--launch-skip "${NCU_SKIP:-0}" --launch-count "${NCU_COUNT:-3}" --section SpeedOfLight --section MemoryWorkloadAnalysis \
 			--section WarpStateStats --section LaunchStats --section Occupancy \
 			build/bench/${NCU_PROG:-moe} ${NCU_ARGS:-new} >"$OUT/ncu-${NCU_PROG:-moe}.txt" 2>&1
 		echo "ncu rc $?: $(grep -c 'Duration' "$OUT/ncu-${NCU_PROG:-moe}.txt") kernels reported" | tee -a "$OUT/session.log";;

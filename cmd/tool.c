@@ -153,9 +153,10 @@ const char x4t_trunk_help[] =
 "      --pdl on|off        GPU, sm_90 and later: programmatic dependent launch,\n"
 "                          each kernel's weight loads issued before it waits for\n"
 "                          its input (default on)\n"
-"      --attn A            GPU attention: fp32 (default) or mma (tensor cores for\n"
-"                          decode and prefill, sm_80 and later, the model's\n"
-"                          shape; an option until priced: not the default's bits)\n";
+"      --attn A            GPU attention, decode and prefill: auto (default: mma\n"
+"                          where the card and the checkpoint take it, else fp32),\n"
+"                          fp32, or mma (tensor cores: sm_80 and later, the\n"
+"                          model's shape)\n";
 
 const char x4t_load_help[] =
 "      --device DEV        cpu (default) or cuda:N\n"
@@ -187,7 +188,7 @@ bool x4t_trunk_opt(int c, const char *arg, x4_trunk_opts *o)
 	static const char *const hc[] = { "fused", "eager" };
 	static const char *const sub[] = { "f32", "bf16", "f16" };     /* enum x4_sub */
 	static const char *const onoff[] = { "on", "off" };
-	static const char *const attn[] = { "fp32", "mma" };           /* enum x4_attn */
+	static const char *const attn[] = { "fp32", "mma", "auto" };   /* enum x4_attn */
 	switch (c) {
 	case X4T_O_MAXLEN: o->max_ctx = (int)x4t_long(arg, 1, INT_MAX, "--max-model-len"); break;
 	case X4T_O_RESID: o->resid = pick("--resid", arg, resid, 3); break;
@@ -199,7 +200,7 @@ bool x4t_trunk_opt(int c, const char *arg, x4_trunk_opts *o)
 	case X4T_O_THREADS: o->threads = (int)x4t_long(arg, 0, 4096, "--threads"); break;
 	case X4T_O_CHUNK: o->prefill_chunk = (int)x4t_long(arg, 0, 1 << 20, "--prefill-chunk"); break;
 	case X4T_O_PDL: o->pdl = pick("--pdl", arg, onoff, 2) == 0; break;
-	case X4T_O_ATTN: o->attn = pick("--attn", arg, attn, 2); break;
+	case X4T_O_ATTN: o->attn = pick("--attn", arg, attn, 3); break;
 	default: return false;
 	}
 	return true;
@@ -244,9 +245,9 @@ const char *x4t_sub_name(int s)
 	return s == X4_SUB_BF16 ? "bf16" : s == X4_SUB_F16 ? "f16" : "f32";
 }
 
-const char *x4t_attn_name(const x4_trunk_opts *o)
+const char *x4t_attn_name(int device, int attn)
 {
-	return o->device < 0 ? "n/a" : o->attn == X4_ATTN_MMA ? "mma" : "fp32";
+	return device < 0 ? "n/a" : attn == X4_ATTN_MMA ? "mma" : attn == X4_ATTN_AUTO ? "auto" : "fp32";
 }
 
 const char *x4t_kv_name(const x4_trunk_opts *o)
@@ -267,7 +268,7 @@ void x4t_settings(const x4_trunk_opts *o, const x4_sampler_opts *so, char *out, 
 		 "max_ctx=%s chunk=%s threads=%d temperature=%g top_k=%d top_p=%g seed=%llu",
 		 o->device < 0 ? "n/a" : o->hc_eager ? "eager" : "fused",
 		 o->device < 0 ? "n/a" : o->no_graph ? "off" : "on",
-		 o->device < 0 ? "n/a" : o->pdl ? "on" : "off", x4t_attn_name(o),
+		 o->device < 0 ? "n/a" : o->pdl ? "on" : "off", x4t_attn_name(o->device, o->attn),
 		 x4t_sub_name(o->sublayer),
 		 x4_resid_name(o->resid), x4t_prec_name(o->prec), x4t_kv_name(o),
 		 o->max_ctx ? ctx : "auto", o->prefill_chunk ? chunk : "auto",

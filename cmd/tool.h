@@ -80,7 +80,8 @@ extern const char x4t_trunk_help[], x4t_load_help[], x4t_sampler_help[];
 const char *x4t_prec_name(int prec);
 const char *x4t_sub_name(int sub);
 /* The decode attention (fp32, mma; n/a on the CPU, which has one). */
-const char *x4t_attn_name(const x4_trunk_opts *o);
+/* "n/a" on the CPU, else the enum x4_attn's name. */
+const char *x4t_attn_name(int device, int attn);
 /* What the cache holds as the trunk resolves X4_KV_DEFAULT. */
 const char *x4t_kv_name(const x4_trunk_opts *o);
 /* Every setting of a request that can change a number, as one word list

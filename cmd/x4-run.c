@@ -31,7 +31,7 @@ static void usage(FILE *f)
 "              [--threads N] [--max-model-len N] [--resid f32|f16|bf16]\n"
 "              [--prec f32|f64] [--kv-cache f16|exact] [--hc fused|eager]\n"
 "              [--gpu-memory SIZE] [--sublayer f32|bf16|f16] [--graph on|off]\n"
-"              [--prefill-chunk N] [--pdl on|off] [--attn fp32|mma]\n"
+"              [--prefill-chunk N] [--pdl on|off] [--attn auto|fp32|mma]\n"
 "              [--dump-logits FILE.npy] [--tokenize] [--json]\n"
 "Generate text from a xing4_0 checkpoint; statistics go to stderr.\n"
 "  -m, --model PATH        a .gguf or a folder holding one (default: the tiny\n"
@@ -241,7 +241,7 @@ static void print_stats(const struct opts *o, const x4_model *m, const x4_paths 
 			 "top_k %d, top_p %g, seed %llu", paths->gguf, x4_model_fingerprint(m), dev,
 			 threads, x4_resid_name(o->trunk.resid), x4t_sub_name(o->trunk.sublayer),
 			 x4t_prec_name(o->trunk.prec), x4t_kv_name(&o->trunk), hc, graph, pdl,
-			 x4t_attn_name(&o->trunk),
+			 x4t_attn_name(o->trunk.device, ts->attn),
 			 o->samp.temperature, o->samp.top_k, o->samp.top_p,
 			 (unsigned long long)o->samp.seed);
 		if (ts->resident_bytes)
@@ -292,7 +292,7 @@ static void print_stats(const struct opts *o, const x4_model *m, const x4_paths 
 		"\"graph\":\"%s\",\"pdl\":\"%s\",\"attn\":\"%s\",\"gpu_memory_bytes\":%llu,"
 		"\"model\":",
 		x4t_sub_name(o->trunk.sublayer), x4t_prec_name(o->trunk.prec), x4t_kv_name(&o->trunk),
-		hc, graph, pdl, x4t_attn_name(&o->trunk),
+		hc, graph, pdl, x4t_attn_name(o->trunk.device, ts->attn),
 		(unsigned long long)o->trunk.mem_limit);
 	x4t_json_str(f, paths->gguf, strlen(paths->gguf));
 	fprintf(f, ",\"model_fingerprint\":\"%s\",\"commit\":\"%s\",\"device\":\"%s\","

@@ -152,6 +152,8 @@ int x4_trunk_cuda_forward_next(x4_trunk_cuda *t, const int32_t *ids, int n,
  * device and mem_limit unchanged, max_ctx resolved). */
 int x4_trunk_cuda_configure(x4_trunk_cuda *t, const x4_trunk_opts *o, x4_err *e);
 void x4_trunk_cuda_stats(const x4_trunk_cuda *t, x4_trunk_stats *s);
+/* The decode attention's kernel in use: X4_ATTN_FP32 or X4_ATTN_MMA (AUTO resolved). */
+int x4_trunk_cuda_attn(const x4_trunk_cuda *t);
 /* The same rows as the CPU's, in the GPU cache's fp16 bits. */
 uint64_t x4_trunk_cuda_row_bytes(const x4_trunk_cuda *t);
 int x4_trunk_cuda_cache_read(x4_trunk_cuda *t, int from, int n, void *rows, x4_err *e);

@@ -489,13 +489,15 @@ enum x4_prec { X4_PREC_F32 = 0, X4_PREC_F64 = 1 };
  * EXACT isolates the arithmetic from the cache's rounding in comparisons). */
 enum x4_kv { X4_KV_DEFAULT = 0, X4_KV_F16 = 1, X4_KV_EXACT = 2 };
 /* The GPU's attention, a decode step's and a prefill chunk's: FP32 the
- * fp32 kernels (the default, the golden digests' bits), MMA the
- * tensor-core kernels (docs/numerics.md 1.7: fp32-accurate products from
- * split fp16 operands, not the same bits), an option until priced.  MMA
- * needs sm_80 or newer and the model's attention shape (heads a multiple
- * of 16, kv_lora 512, rope 64): a trunk refuses it elsewhere (X4_EINVAL).
- * The CPU trunk has one attention and ignores it, as it does hc_eager. */
-enum x4_attn { X4_ATTN_FP32 = 0, X4_ATTN_MMA = 1 };
+ * fp32 kernels, MMA the tensor-core kernels (docs/numerics.md 1.7:
+ * fp32-accurate products from split fp16 operands, not the fp32 kernels'
+ * bits), AUTO (the default) MMA where the card and the checkpoint take it,
+ * FP32 elsewhere.  MMA needs sm_80 or newer and the model's attention shape
+ * (heads a multiple of 16, kv_lora 512, rope 64): asked for by name, a
+ * trunk refuses it elsewhere (X4_EINVAL); AUTO falls back.  The CPU trunk
+ * has one attention and ignores it, as it does hc_eager.
+ * x4_trunk_stats.attn says which kernels run. */
+enum x4_attn { X4_ATTN_FP32 = 0, X4_ATTN_MMA = 1, X4_ATTN_AUTO = 2 };
 
 typedef struct x4_trunk_opts {
 	int device;        /* -1 CPU, >= 0 the CUDA ordinal */
@@ -512,7 +514,7 @@ typedef struct x4_trunk_opts {
 	bool pdl;          /* GPU, sm_90 and later: programmatic dependent launch (each kernel
 	                      issues its weight loads before it waits for its input);
 	                      on by default */
-	int attn;          /* GPU: enum x4_attn, the decode attention's kernel (fp32 by default) */
+	int attn;          /* GPU: enum x4_attn, the decode attention's kernel (auto by default) */
 	bool no_reserve;   /* GPU, a load option: plan to the last byte, keeping none of
 	                      X4_MEM_RESERVE_BYTES free (x4-ceiling's hardware edge; never
 	                      for serving: the context's own growth then lands in a request) */
@@ -574,6 +576,8 @@ typedef struct x4_trunk_stats {
 	uint64_t work_bytes;     /* workspaces (activations of one prefill chunk) */
 	int max_ctx;             /* positions the cache holds */
 	int prefill_chunk;       /* tokens per prefill chunk */
+	int attn;                /* enum x4_attn: the decode attention's kernel, FP32 or MMA
+	                            (AUTO resolved; FP32 on the CPU, which has one) */
 	char device[128];        /* "cpu" or the GPU's name */
 } x4_trunk_stats;
 int x4_trunk_get_stats(const x4_trunk *t, x4_trunk_stats *s);

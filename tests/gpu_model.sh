@@ -11,12 +11,13 @@
 #     x4-walk-residual --device cuda:0 --tokens 2 keeps the f32 arm finite with
 #     the CPU's fp32 top-4, and its whole table matches the CPU's within the
 #     tolerance of each arm's residual width (the plain tiny preset likewise);
-#   the tensor-core attention (--attn mma, docs/numerics.md 1.7: the prompt's
-#     prefill chunk and every decode step) on the
-#     small preset (the model's attention shape): greedy for 64 steps, the CPU
-#     references' tokens and logits within their tolerances, bit-identical
-#     when run twice (not the golden digest: its bits are the fp32 kernel's);
-#     on the tiny preset (4 heads, kv_lora 64) it is refused with the shape.
+#   the attention's two kernels by name (--attn fp32, --attn mma,
+#     docs/numerics.md 1.7: the prompt's prefill chunk and every decode step)
+#     on the small preset (the model's attention shape, where the default
+#     auto takes mma on sm_80 and later): greedy for 64
+#     steps, the CPU references' tokens and logits within their tolerances,
+#     bit-identical when run twice; on the tiny preset (4 heads, kv_lora 64)
+#     mma by name is refused with the shape and auto runs fp32.
 set -u
 cd "$(dirname "$0")/.." || exit 2
 RUN=bin/x4-run
@@ -204,37 +205,37 @@ PY
 		"$tmp/$p.gpu1.json" "$p"
 }
 
-# $1 preset name, $2 model folder, $3 prompt: --attn mma against the CPU
-# references model_checks left ($tmp/$1.f64.*, $tmp/$1.f32.*).  A device
-# below sm_80 refuses it: one SKIP line.
-attn_mma_checks() {
-	local p=$1 m=$2 prompt=$3 rc
-	local common=(-m "$m" -p "$prompt" -n 64 --ignore-eos --json --attn mma)
+# $1 preset name, $2 model folder, $3 prompt, $4 fp32 or mma: --attn $4
+# against the CPU references model_checks left ($tmp/$1.f64.*,
+# $tmp/$1.f32.*).  A device below sm_80 refuses mma: one SKIP line.
+attn_checks() {
+	local p=$1 m=$2 prompt=$3 a=$4 rc
+	local common=(-m "$m" -p "$prompt" -n 64 --ignore-eos --json --attn "$a")
 	for arm in 1 2; do
-		"$RUN" "${common[@]}" --device "$DEV" --dump-logits "$tmp/$p.mma$arm.npy" \
-			>"$tmp/$p.mma$arm.json" 2>"$tmp/$p.mma$arm.err"; rc=$?
-		if [ $rc -ne 0 ] && grep -q "needs sm_80 or newer" "$tmp/$p.mma$arm.err"; then
-			echo "SKIP $p.attn_mma: $(head -c 200 "$tmp/$p.mma$arm.err")"
+		"$RUN" "${common[@]}" --device "$DEV" --dump-logits "$tmp/$p.$a$arm.npy" \
+			>"$tmp/$p.$a$arm.json" 2>"$tmp/$p.$a$arm.err"; rc=$?
+		if [ $rc -ne 0 ] && grep -q "needs sm_80 or newer" "$tmp/$p.$a$arm.err"; then
+			echo "SKIP $p.attn_$a: $(head -c 200 "$tmp/$p.$a$arm.err")"
 			return 0
 		fi
-		check "$p.attn_mma.exit" $((rc != 0)) "exit $rc: $(head -c 400 "$tmp/$p.mma$arm.err")"
+		check "$p.attn_${a}.exit" $((rc != 0)) "exit $rc: $(head -c 400 "$tmp/$p.$a$arm.err")"
 		[ $rc -eq 0 ] || return 1
 	done
-	grep -q '"attn":"mma"' "$tmp/$p.mma1.json"
-	check "$p.attn_mma.json_says_mma" $? "x4-run --json does not report attn mma"
-	"$PY" tests/helper_cmp_logits.py "$p.attn_mma_vs_cpu_f64" "$tmp/$p.mma1.npy" \
-		"$tmp/$p.mma1.json" "$tmp/$p.f64.npy" "$tmp/$p.f64.json" "$TOL_F64"
-	"$PY" tests/helper_cmp_logits.py "$p.attn_mma_vs_cpu_f32" "$tmp/$p.mma1.npy" \
-		"$tmp/$p.mma1.json" "$tmp/$p.f32.npy" "$tmp/$p.f32.json" "$TOL_F32"
-	cmp -s "$tmp/$p.mma1.npy" "$tmp/$p.mma2.npy"
-	check "$p.attn_mma.repeat_bit_identical" $? "two runs with --attn mma wrote different logits"
+	grep -q "\"attn\":\"$a\"" "$tmp/$p.${a}1.json"
+	check "$p.attn_${a}.json_says_${a}" $? "x4-run --json does not report attn $a"
+	"$PY" tests/helper_cmp_logits.py "$p.attn_${a}_vs_cpu_f64" "$tmp/$p.${a}1.npy" \
+		"$tmp/$p.${a}1.json" "$tmp/$p.f64.npy" "$tmp/$p.f64.json" "$TOL_F64"
+	"$PY" tests/helper_cmp_logits.py "$p.attn_${a}_vs_cpu_f32" "$tmp/$p.${a}1.npy" \
+		"$tmp/$p.${a}1.json" "$tmp/$p.f32.npy" "$tmp/$p.f32.json" "$TOL_F32"
+	cmp -s "$tmp/$p.${a}1.npy" "$tmp/$p.${a}2.npy"
+	check "$p.attn_${a}.repeat_bit_identical" $? "two runs with --attn $a wrote different logits"
 	# the device pick, graphed and eager: the logits path's tokens
-	"$RUN" "${common[@]}" --device "$DEV" >"$tmp/$p.mma_pick.json" 2>/dev/null
-	"$RUN" "${common[@]}" --device "$DEV" --graph off >"$tmp/$p.mma_eager.json" 2>/dev/null
+	"$RUN" "${common[@]}" --device "$DEV" >"$tmp/$p.${a}_pick.json" 2>/dev/null
+	"$RUN" "${common[@]}" --device "$DEV" --graph off >"$tmp/$p.${a}_eager.json" 2>/dev/null
 	"$PY" -c 'import json,sys; t=[json.load(open(f))["tokens"] for f in sys.argv[1:]]; sys.exit(0 if t[0]==t[1]==t[2] and len(t[0])==64 else 1)' \
-		"$tmp/$p.mma1.json" "$tmp/$p.mma_pick.json" "$tmp/$p.mma_eager.json"
-	check "$p.attn_mma.pick_graph_eager_same_tokens" $? \
-		"--attn mma: the device pick (graphed, eager) and the logits path gave other tokens"
+		"$tmp/$p.${a}1.json" "$tmp/$p.${a}_pick.json" "$tmp/$p.${a}_eager.json"
+	check "$p.attn_${a}.pick_graph_eager_same_tokens" $? \
+		"--attn $a: the device pick (graphed, eager) and the logits path gave other tokens"
 }
 
 # $1 name, $2 model folder: the walk's table on the GPU against the CPU's.
@@ -375,6 +376,9 @@ if [ -d "$tmp/tiny" ] && [ "$DEV" != cpu ]; then
 	"$RUN" -m "$tmp/tiny" --device "$DEV" -n 1 --attn mma >/dev/null 2>"$tmp/mma_tiny.err"; rc=$?
 	grep -q -- "--attn mma: the tensor-core attention takes the model's shape" "$tmp/mma_tiny.err"
 	check tiny.attn_mma_refused_shape $(( rc != 1 || $? != 0 )) "exit $rc: $(head -c 300 "$tmp/mma_tiny.err")"
+	"$RUN" -m "$tmp/tiny" --device "$DEV" -n 1 --json >"$tmp/auto_tiny.json" 2>/dev/null
+	grep -q '"attn":"fp32"' "$tmp/auto_tiny.json"
+	check tiny.attn_auto_is_fp32 $? "$(head -c 300 "$tmp/auto_tiny.json")"
 fi
 # The sublayer input handed narrow (--sublayer, docs/numerics.md 1.3): the GPU against
 # the CPU float64 trunk with the same narrowing and the same fp16 cache, over
@@ -419,7 +423,10 @@ if [ -d "$tmp/loud" ]; then
 fi
 rm -rf "$tmp/tiny" "$tmp/loud"
 synth small --preset small --seed 1 && model_checks small "$tmp/small" "$short"
-[ -s "$tmp/small.f32.npy" ] && [ -s "$tmp/small.f64.npy" ] && attn_mma_checks small "$tmp/small" "$short"
+if [ -s "$tmp/small.f32.npy" ] && [ -s "$tmp/small.f64.npy" ]; then
+	attn_checks small "$tmp/small" "$short" fp32
+	attn_checks small "$tmp/small" "$short" mma
+fi
 # A short context makes the prefill chunk short (16 here), and a 4-token
 # prompt then runs the split gate (up to 8 tokens, D 3584) in the workspace
 # sized for the chunk: it must fit, and give the default context's tokens.

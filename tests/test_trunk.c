@@ -473,14 +473,15 @@ static void test_model_trunk(void)
 	}
 
 	/* The decode attention's option (x4_trunk_opts.attn, --attn): the CPU
-	 * has one attention and runs mma as fp32, the same bits; a value out of
-	 * the enum is refused; on a GPU the tensor-core kernel takes the
-	 * model's shape only, refused for tiny's (4 heads, kv_lora 64) before
-	 * any device is opened, so on any machine. */
+	 * has one attention and runs mma as fp32, the same bits, and says fp32
+	 * in its statistics; a value out of the enum is refused; on a GPU the
+	 * tensor-core kernel asked for by name takes the model's shape only,
+	 * refused for tiny's (4 heads, kv_lora 64) before any device is
+	 * opened, so on any machine. */
 	{
 		x4_trunk_opts o;
 		x4_trunk_opts_default(&o);
-		T_OK(o.attn == X4_ATTN_FP32, "attn: fp32 by default", "default %d", o.attn);
+		T_OK(o.attn == X4_ATTN_AUTO, "attn: auto by default", "default %d", o.attn);
 		o.max_ctx = 128;
 		o.threads = 2;
 		x4_trunk *a = NULL, *b = NULL;
@@ -493,9 +494,13 @@ static void test_model_trunk(void)
 			    x4_trunk_forward(b, ids, NP, ly, false, &e);
 		T_OK(!r && !memcmp(lx, ly, sizeof(float) * (size_t)V), "attn: mma on the CPU is its one attention",
 		     "%s", r ? e.msg : "other logits");
+		x4_trunk_stats st;
+		T_OK(!r && !x4_trunk_get_stats(a, &st) && st.attn == X4_ATTN_FP32 &&
+		     !x4_trunk_get_stats(b, &st) && st.attn == X4_ATTN_FP32,
+		     "attn: the CPU's statistics say fp32 for auto and mma", "attn %d", st.attn);
 		o.attn = 5;
 		r = x4_trunk_configure(a, &o, &e);
-		T_OK(r == X4_EINVAL && strstr(e.msg, "not one of fp32, mma"), "attn: 5 refused",
+		T_OK(r == X4_EINVAL && strstr(e.msg, "not one of fp32, mma, auto"), "attn: 5 refused",
 		     "rc %d: %s", r, e.msg);
 		o.attn = X4_ATTN_MMA;
 		r = x4_trunk_configure(a, &o, &e);

@@ -107,7 +107,7 @@ for args in "-n abc" "-n 5x" "-n -1" "--temperature hot" "--top-p 2" "--top-k 1.
 	"--tokens 1,,2" "--tokens 1,a" "-s -1" "--threads x" "--max-model-len 0" \
 	"--device gpu" "--resid f8" "--system hi" "--no-such-flag" "--hc lazy" "--kv-cache f8" \
 	"--gpu-memory 0" "--gpu-memory 12X" "--gpu-memory -1G" "--prec f16" "--sublayer f8" "--graph maybe" "--pdl maybe" \
-	"--attn fp16" "--attn MMA" "--attn"; do
+	"--attn fp16" "--attn MMA" "--attn AUTO" "--attn"; do
 	# shellcheck disable=SC2086
 	"$RUN" $args </dev/null >"$tmp/out" 2>"$tmp/err"; rc=$?
 	check "run.usage[$args]" $((rc != 2 || $(wc -c <"$tmp/err") == 0)) "exit $rc, stderr '$(head -c 200 "$tmp/err")'"
@@ -243,7 +243,9 @@ check run.attn_mma_on_cpu_tokens $([ -n "$a" ] && [ "$a" = "$b" ]; echo $?) "'$a
 grep -q '"attn":"n/a"' "$tmp/a2"; check run.attn_json_na_on_cpu $? "$(head -c 300 "$tmp/a2")"
 "$RUN" -n 2 --attn mma </dev/null >/dev/null 2>"$tmp/err"
 grep -q "pdl n/a, attn n/a" "$tmp/err"; check run.cpu_stats_attn_na $? "$(head -c 300 "$tmp/err")"
-"$RUN" -h | grep -q -- "--attn A .*fp32 (default) or mma"; check run.help_attn $? "no --attn in the usage"
+"$RUN" -h | grep -q -- "--attn A .*auto (default"; check run.help_attn $? "no --attn in the usage"
+"$RUN" -p "Once upon" -n 8 --ignore-eos --json --attn auto </dev/null >"$tmp/a3" 2>/dev/null
+check run.attn_auto_on_cpu_tokens $([ "$(jget "$tmp/a3" tokens)" = "$a" ]; echo $?) "'$(jget "$tmp/a3" tokens)' vs '$a'"
 "$RUN" -n 2 --gpu-memory 1G </dev/null >/dev/null 2>"$tmp/err"; rc=$?
 check run.gpu_memory_on_cpu $((rc != 2)) "exit $rc: $(head -c 200 "$tmp/err")"
 

@@ -168,22 +168,31 @@ static int open_device(x4_trunk_cuda *t, int ordinal, x4_err *e)
 	return 0;
 }
 
-/* --attn mma on this trunk's device: the tensor-core attention needs sm_80
- * (the shape was checked by lib/run/trunk.c); checked at create and before a
+/* The decode attention's kernel on this trunk's device, into *out: fp32 as
+ * asked; mma as asked where the card has sm_80 (the shape was checked by
+ * lib/run/trunk.c), else X4_EINVAL; auto is mma where the card and the
+ * shape take it and fp32 elsewhere.  Resolved at create and before a
  * configure changes anything, not at the first decode step. */
-static int check_attn(const x4_trunk_cuda *t, const x4_trunk_opts *o, x4_err *e)
+static int resolve_attn(const x4_trunk_cuda *t, const x4_trunk_opts *o, int *out, x4_err *e)
 {
-	if (o->attn != X4_ATTN_MMA)
+	*out = X4_ATTN_FP32;
+	if (o->attn == X4_ATTN_FP32)
 		return 0;
 	int major = 0, minor = 0;
 	X4_CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, t->dev),
 		    "read the device's compute capability", e);
 	X4_CUDA_TRY(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, t->dev),
 		    "read the device's compute capability", e);
+	if (o->attn == X4_ATTN_AUTO) {
+		if (major >= 8 && x4k_mla_mma_shape(t->c->n_head, t->c->kv_lora, t->c->d_rope))
+			*out = X4_ATTN_MMA;
+		return 0;
+	}
 	if (major < 8)
 		return x4_err_set(e, X4_EINVAL, "--attn mma: the tensor-core attention needs sm_80 "
-				  "or newer; %s is sm_%d%d (use --attn fp32)", t->dev_name, major,
-				  minor);
+				  "or newer; %s is sm_%d%d (use --attn fp32 or auto)", t->dev_name,
+				  major, minor);
+	*out = X4_ATTN_MMA;
 	return 0;
 }
 
@@ -340,7 +349,7 @@ static int create(x4_trunk_cuda *t, x4_err *e)
 {
 	const x4_config *c = t->c;
 	int rc = open_device(t, t->o.device, e);
-	if (rc || (rc = check_attn(t, &t->o, e)))
+	if (rc || (rc = resolve_attn(t, &t->o, &t->o.attn, e)))
 		return rc;
 	X4_CUDA_TRY(cudaStreamCreate(&t->s), "create the trunk's CUDA stream", e);
 
@@ -430,13 +439,15 @@ int x4_trunk_cuda_create(x4_trunk_cuda **out, const x4_model *m, const x4_trunk_
 int x4_trunk_cuda_configure(x4_trunk_cuda *t, const x4_trunk_opts *o, x4_err *e)
 {
 	X4_CUDA_TRY(cudaSetDevice(t->dev), "select the CUDA device", e);
-	int rc = check_attn(t, o, e);
+	int attn;
+	int rc = resolve_attn(t, o, &attn, e);
 	if (rc)
 		return rc;
 	x4_trunk_opts old = t->o;
 	int old_ctx = t->max_ctx;
 	unplan(t);
 	t->o = *o;
+	t->o.attn = attn;
 	t->o.progress = old.progress;
 	t->o.progress_ctx = old.progress_ctx;
 	t->max_ctx = o->max_ctx;
@@ -565,8 +576,11 @@ void x4_trunk_cuda_stats(const x4_trunk_cuda *t, x4_trunk_stats *s)
 	s->work_bytes = t->work_bytes;
 	s->max_ctx = t->max_ctx;
 	s->prefill_chunk = t->chunk;
+	s->attn = t->o.attn;
 	snprintf(s->device, sizeof s->device, "%.120s", t->dev_name);
 }
+
+int x4_trunk_cuda_attn(const x4_trunk_cuda *t) { return t->o.attn; }
 
 #else /* no CUDA in this build */
 
@@ -604,6 +618,7 @@ int x4_trunk_cuda_forward(x4_trunk_cuda *t, const int32_t *ids, int n, float *lo
 
 void x4_trunk_cuda_set_probe(x4_trunk_cuda *t, x4_probe_fn fn, void *ctx) { (void)t; }
 void x4_trunk_cuda_stats(const x4_trunk_cuda *t, x4_trunk_stats *s) { (void)t; (void)s; }
+int x4_trunk_cuda_attn(const x4_trunk_cuda *t) { (void)t; return X4_ATTN_FP32; }
 uint64_t x4_trunk_cuda_row_bytes(const x4_trunk_cuda *t) { (void)t; return 0; }
 
 int x4_trunk_cuda_cache_read(x4_trunk_cuda *t, int from, int n, void *rows, x4_err *e)

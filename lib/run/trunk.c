@@ -29,6 +29,10 @@ void x4_trunk_opts_default(x4_trunk_opts *o)
 	/* Priced on the H200 with x4-bench-abab: 1.056x at 512 tokens of
 	 * context, 1.051x at 4096 (bench/RESULTS.md 14); a no-op below sm_90. */
 	o->pdl = true;
+	/* Priced on the H200 with x4-bench-abab: 1.003x at 512 tokens of
+	 * context, 1.135x at 4096, 1.73x at 32,500 by x4-run (bench/RESULTS.md
+	 * 23); fp32 where the card or the checkpoint does not take it. */
+	o->attn = X4_ATTN_AUTO;
 }
 
 int x4_trunk_opts_ctx(const x4_model *m, const x4_trunk_opts *o)
@@ -58,8 +62,9 @@ static int check_opts(const x4_model *m, const x4_trunk_opts *o, x4_trunk_opts *
 	if (o->threads < 0 || o->prefill_chunk < 0)
 		return x4_err_set(e, X4_EINVAL, "threads (%d) and prefill chunk (%d) must be 0 "
 				  "(automatic) or positive", o->threads, o->prefill_chunk);
-	if (o->attn != X4_ATTN_FP32 && o->attn != X4_ATTN_MMA)
-		return x4_err_set(e, X4_EINVAL, "decode attention %d is not one of fp32, mma", o->attn);
+	if (o->attn != X4_ATTN_FP32 && o->attn != X4_ATTN_MMA && o->attn != X4_ATTN_AUTO)
+		return x4_err_set(e, X4_EINVAL, "decode attention %d is not one of fp32, mma, auto",
+				  o->attn);
 	/* (the compute capability, sm_80 for mma, is the CUDA trunk's to check) */
 	if (o->device >= 0 && o->attn == X4_ATTN_MMA &&
 	    !x4k_mla_mma_shape(c->n_head, c->kv_lora, c->d_rope))
@@ -281,6 +286,7 @@ int x4_trunk_get_stats(const x4_trunk *t, x4_trunk_stats *s)
 	s->cache_bytes = (uint64_t)c->max_ctx * x4_trunk_cpu_row_bytes(c);
 	s->max_ctx = c->max_ctx;
 	s->prefill_chunk = c->chunk;
+	s->attn = X4_ATTN_FP32;
 	snprintf(s->device, sizeof s->device, "cpu");
 	return 0;
 }
@@ -376,7 +382,7 @@ void x4_trunk_cache_key(const x4_trunk *t, x4_cache_key *k)
 	k->prec = t->cpu ? t->o.prec : X4_PREC_F32;
 	k->kv16 = t->cpu ? t->cpu->kv16 : 1;
 	k->hc_eager = t->cuda ? t->o.hc_eager : 0;
-	k->attn = t->cuda ? t->o.attn : X4_ATTN_FP32;
+	k->attn = t->cuda ? x4_trunk_cuda_attn(t->cuda) : X4_ATTN_FP32;
 	k->row_bytes = x4_trunk_cache_row_bytes(t);
 }
 
