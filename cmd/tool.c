@@ -153,9 +153,10 @@ const char x4t_trunk_help[] =
 "      --pdl on|off        GPU, sm_90 and later: programmatic dependent launch,\n"
 "                          each kernel's weight loads issued before it waits for\n"
 "                          its input (default on)\n"
-"      --attn A            GPU decode attention: auto (default: mma where the card\n"
-"                          and the checkpoint take it, else fp32), fp32, or mma\n"
-"                          (tensor cores: sm_80 and later, the model's shape)\n"
+"      --attn A            GPU attention, decode and prefill: auto (default: mma\n"
+"                          where the card and the checkpoint take it, else fp32),\n"
+"                          fp32, or mma (tensor cores: sm_80 and later, the\n"
+"                          model's shape)\n"
 "      --gemm G            GPU prefill products: mma (default: tensor cores on\n"
 "                          sm_80 and later, fp32-accurate) or fma (the fp32 FMA\n"
 "                          core everywhere, for comparison)\n";

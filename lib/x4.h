@@ -488,15 +488,15 @@ enum x4_prec { X4_PREC_F32 = 0, X4_PREC_F64 = 1 };
  * the numpy oracle's kv='f16'); EXACT keeps the arithmetic's width (F32 +
  * EXACT isolates the arithmetic from the cache's rounding in comparisons). */
 enum x4_kv { X4_KV_DEFAULT = 0, X4_KV_F16 = 1, X4_KV_EXACT = 2 };
-/* The GPU's decode attention (one token a step; prefill has one kernel):
- * FP32 the fp32 kernel, MMA the tensor-core kernel (docs/numerics.md 1.7:
- * fp32-accurate products from split fp16 operands, not the fp32 kernel's
+/* The GPU's attention, a decode step's and a prefill chunk's: FP32 the
+ * fp32 kernels, MMA the tensor-core kernels (docs/numerics.md 1.7:
+ * fp32-accurate products from split fp16 operands, not the fp32 kernels'
  * bits), AUTO (the default) MMA where the card and the checkpoint take it,
  * FP32 elsewhere.  MMA needs sm_80 or newer and the model's attention shape
  * (heads a multiple of 16, kv_lora 512, rope 64): asked for by name, a
  * trunk refuses it elsewhere (X4_EINVAL); AUTO falls back.  The CPU trunk
  * has one attention and ignores it, as it does hc_eager.
- * x4_trunk_stats.attn says which kernel runs. */
+ * x4_trunk_stats.attn says which kernels run. */
 enum x4_attn { X4_ATTN_FP32 = 0, X4_ATTN_MMA = 1, X4_ATTN_AUTO = 2 };
 /* The GPU's prefill products (x4k_gemm and the routed experts' tiles of 64
  * routes): MMA the tensor-core core where the device (sm_80 and later) and

@@ -46,8 +46,9 @@ enum {
 	X4K_MLA_MIN_SPAN = 32,    /* cache rows a decode split takes at least: one tile */
 	X4K_MLA_MAX_SPLIT = 64,   /* decode splits at most (kernels/mla_attn.cuh says why) */
 };
-/* The shape the tensor-core decode attention takes (x4k_mla_decode_mma):
- * heads in blocks of 16, the model's latent of 512 and rope of 64. */
+/* The shape the tensor-core attention takes (x4k_mla_decode_mma,
+ * x4k_mla_prefill_mma): heads in blocks of 16, the model's latent of 512
+ * and rope of 64. */
 static inline int x4k_mla_mma_shape(int n_head, int kv_lora, int d_rope)
 {
 	return n_head >= 16 && n_head % 16 == 0 && n_head / 16 <= 65535 && kv_lora == 512 &&
@@ -364,6 +365,15 @@ int x4k_mla_decode_mma(int n_head, int kv_lora, int d_rope, const float *qt,
 int x4k_mla_prefill(int n_tok, int n_head, int kv_lora, int d_rope, const float *qt,
 		    const uint16_t *cache, int max_ctx, const int *pos, float kq_scale,
 		    float *ob, cudaStream_t s, x4_err *e);
+/* x4k_mla_prefill on the tensor cores (kernels/mla_prefill_mma.cuh; the
+ * trunk's `attn` option, X4_ATTN_MMA, for T > 1): the same arguments and
+ * contract, no workspace, not the same bits (docs/numerics.md 1.7).  The
+ * model's shape only (x4k_mla_mma_shape) on sm_80 or newer, as
+ * x4k_mla_decode_mma; otherwise X4_EINVAL, saying which, and nothing
+ * launched. */
+int x4k_mla_prefill_mma(int n_tok, int n_head, int kv_lora, int d_rope, const float *qt,
+			const uint16_t *cache, int max_ctx, const int *pos, float kq_scale,
+			float *ob, cudaStream_t s, x4_err *e);
 
 /* ---- sampling on the device (a step reads back one id) ---- */
 /* out[0] = argmax of logits [n_vocab], NaN skipped, the lowest id on ties

@@ -11,9 +11,10 @@
 #     x4-walk-residual --device cuda:0 --tokens 2 keeps the f32 arm finite with
 #     the CPU's fp32 top-4, and its whole table matches the CPU's within the
 #     tolerance of each arm's residual width (the plain tiny preset likewise);
-#   the decode attention's two kernels by name (--attn fp32, --attn mma,
-#     docs/numerics.md 1.7) on the small preset (the model's attention shape,
-#     where the default auto takes mma on sm_80 and later): greedy for 64
+#   the attention's two kernels by name (--attn fp32, --attn mma,
+#     docs/numerics.md 1.7: the prompt's prefill chunk and every decode step)
+#     on the small preset (the model's attention shape, where the default
+#     auto takes mma on sm_80 and later): greedy for 64
 #     steps, the CPU references' tokens and logits within their tolerances,
 #     bit-identical when run twice; on the tiny preset (4 heads, kv_lora 64)
 #     mma by name is refused with the shape and auto runs fp32;

@@ -22,6 +22,7 @@
 #define X4_LAB_H
 
 #include <cuda_runtime.h>
+#include <cuda_fp16.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -115,6 +116,34 @@ __global__ void lab_fill_half(uint16_t *p, size_t n, uint32_t seed, bool fp16)
 		/* bf16: sign, exponent 0x78..0x7b (2^-7..2^-4), mantissa; fp16: exponent 10..13 */
 		p[i] = fp16 ? (uint16_t)((z & 0x83ffu) | (((z >> 10) & 3u) + 10u) << 10)
 			    : (uint16_t)((z & 0x807fu) | (((z >> 7) & 3u) + 0x78u) << 7);
+	}
+}
+
+__device__ __forceinline__ uint32_t lab_mix(uint32_t z)
+{
+	z ^= z >> 16;
+	z *= 0x7feb352du;
+	z ^= z >> 15;
+	z *= 0x846ca68bu;
+	z ^= z >> 16;
+	return z;
+}
+
+/* N(0, sigma^2) by Box-Muller from a hash of the index: into f (fp32) or h
+ * (fp16 bits); the attention programs' data (their scores need a spread of
+ * sizes that the uniform fillers do not give). */
+__global__ void lab_fill_normal(float *f, uint16_t *h, size_t n, uint32_t seed, float sigma)
+{
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+	     i += (size_t)gridDim.x * blockDim.x) {
+		uint32_t a = lab_mix((uint32_t)i * 0x9e3779b9u + seed);
+		uint32_t b = lab_mix(a ^ 0x5bd1e995u ^ (uint32_t)(i >> 32));
+		float u1 = ((a >> 8) + 0.5f) * (1.0f / 16777216.0f), u2 = (b >> 8) * (1.0f / 16777216.0f);
+		float z = sigma * sqrtf(-2.0f * logf(u1)) * cospif(2.0f * u2);
+		if (f)
+			f[i] = z;
+		else
+			h[i] = __half_as_ushort(__float2half_rn(z));
 	}
 }
 

@@ -205,9 +205,10 @@ static int mla(const fwd *f, int b)
 		rc = (t->o.attn == X4_ATTN_MMA ? x4k_mla_decode_mma : x4k_mla_decode)(
 			nh, kvl, dr, w->qt, cache, t->max_ctx, w->pos, c->kq_scale, w->ob, w->att_ws,
 			w->att_ws_bytes, f->s, f->e);
-	else
-		rc = x4k_mla_prefill(T, nh, kvl, dr, w->qt, cache, t->max_ctx, w->pos, c->kq_scale,
-				     w->ob, f->s, f->e);
+	else /* likewise; neither takes a workspace */
+		rc = (t->o.attn == X4_ATTN_MMA ? x4k_mla_prefill_mma : x4k_mla_prefill)(
+			T, nh, kvl, dr, w->qt, cache, t->max_ctx, w->pos, c->kq_scale, w->ob, f->s,
+			f->e);
 	if (rc || (rc = mark(f, X4_PC_ATTN, "attn_expand_v", hw->attn_v_b->nbytes)) ||
 	    (rc = x4k_mla_expand_v(T, nh, kvl, c->d_v, d->attn_v_b, w->ob, w->o, f->s, f->e)))
 		return rc;

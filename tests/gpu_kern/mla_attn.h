@@ -3,8 +3,10 @@
  * as kernels/mla_attn.cuh is one core for both: x4k_mla_decode
  * (mla_decode.cu; its cases are mla_decode.h's) and x4k_mla_prefill
  * (mla_prefill.cu; mla_prefill.h) against x4r_mla_attn (lib/ref/ref_attn.c);
- * and x4k_mla_decode_mma (mla_mma.cuh, the tensor-core decode of the same
- * contract; mla_decode.h's "decode mma" cases) against the same reference.
+ * and their tensor-core variants of the same contracts, x4k_mla_decode_mma
+ * (mla_mma.cuh; mla_decode.h's "decode mma" cases) and x4k_mla_prefill_mma
+ * (mla_prefill_mma.cuh; mla_prefill.h's "prefill mma" cases), against the
+ * same reference.
  */
 
 struct attn_data {
@@ -34,20 +36,24 @@ static void attn_free(struct attn_data *a)
 
 typedef int (*attn_decode_fn)(int, int, int, const float *, const uint16_t *, int, const int *,
 			      float, float *, void *, size_t, cudaStream_t, x4_err *);
+typedef int (*attn_prefill_fn)(int, int, int, int, const float *, const uint16_t *, int,
+			       const int *, float, float *, cudaStream_t, x4_err *);
 
 /* n_tok query tokens at pos..pos+n_tok-1 (decode when n_tok is 0: one token
- * through x4k_mla_decode, or x4k_mla_decode_mma when mma); a few rows made
- * to dominate some heads, so the running max moves between splits. */
+ * through x4k_mla_decode; a chunk through x4k_mla_prefill; with mma their
+ * tensor-core variants); a few rows made to dominate some heads, so the
+ * running max moves between splits and between tiles. */
 static void attn_case_k(struct attn_data *a, int n_tok, int pos, uint64_t sd, bool mma)
 {
 	bool decode = n_tok == 0;
 	int nt = decode ? 1 : n_tok, cw = a->cw;
 	attn_decode_fn dec = mma ? x4k_mla_decode_mma : x4k_mla_decode;
-	const char *what = !decode ? "mla prefill" : mma ? "mla decode mma" : "mla decode";
-	char shape[160];
+	attn_prefill_fn pre = mma ? x4k_mla_prefill_mma : x4k_mla_prefill;
+	const char *kind = decode ? (mma ? "decode mma" : "decode") : (mma ? "prefill mma" : "prefill");
+	char what[32], shape[160];
+	snprintf(what, sizeof what, "mla %s", kind);
 	snprintf(shape, sizeof shape, "%s heads %d kv_lora %d rope %d max_ctx %d pos %d tokens %d",
-		 !decode ? "prefill" : mma ? "decode mma" : "decode", a->n_head, a->kv_lora, a->d_rope,
-		 a->max_ctx, pos, nt);
+		 kind, a->n_head, a->kv_lora, a->d_rope, a->max_ctx, pos, nt);
 	if (!t_want(NULL, shape)) /* another case of the filter's op */
 		return;
 	rng_seed(sd);
@@ -74,8 +80,8 @@ static void attn_case_k(struct attn_data *a, int n_tok, int pos, uint64_t sd, bo
 	void *ws = dpoison(wsb);
 	int rc = decode ? dec(a->n_head, a->kv_lora, a->d_rope, dqt, a->dcache, a->max_ctx, dpos,
 			      full.kq_scale, dob, ws, wsb, st, &err)
-			: x4k_mla_prefill(nt, a->n_head, a->kv_lora, a->d_rope, dqt, a->dcache,
-					  a->max_ctx, dpos, full.kq_scale, dob, st, &err);
+			: pre(nt, a->n_head, a->kv_lora, a->d_rope, dqt, a->dcache, a->max_ctx, dpos,
+			      full.kq_scale, dob, st, &err);
 	T_OK(rc == 0, "attention launch", "%s: %s", shape, err.msg);
 	dget(got, dob, no * 4);
 	/* fp32 over fp16 rows (the reference reads the same fp16 values): the
@@ -83,19 +89,23 @@ static void attn_case_k(struct attn_data *a, int n_tok, int pos, uint64_t sd, bo
 	 * to 32768 rows in two levels (a span, then the splits), measured
 	 * against sum_tau P |row|: 1e-5 (docs/numerics.md 4) times 3 for the two levels
 	 * and the scores' growth with |score| (largest here ~10).  The tensor-core
-	 * decode is held to the same rule: its products are fp32-accurate
+	 * variants are held to the same rule: their products are fp32-accurate
 	 * (docs/numerics.md 1.7) */
 	char sh2[200];
 	snprintf(sh2, sizeof sh2, "%s (max |score| %.1f)", shape, smax);
 	check(what, sh2, got, ref, mag, no, 3e-5, 1e-30, ELEM);
-	if (decode) { /* the splits combine in a fixed order: the same bits again */
+	if (decode || mma) { /* every sum in a fixed order: the same bits again */
 		float *again = hmalloc(no * 4);
+		char twice[48];
+		snprintf(twice, sizeof twice, "%s twice", what);
 		poison(dob, no * 4);
-		rc = dec(a->n_head, a->kv_lora, a->d_rope, dqt, a->dcache, a->max_ctx, dpos,
-			 full.kq_scale, dob, ws, wsb, st, &err);
+		rc = decode ? dec(a->n_head, a->kv_lora, a->d_rope, dqt, a->dcache, a->max_ctx, dpos,
+				  full.kq_scale, dob, ws, wsb, st, &err)
+			    : pre(nt, a->n_head, a->kv_lora, a->d_rope, dqt, a->dcache, a->max_ctx, dpos,
+				  full.kq_scale, dob, st, &err);
 		dget(again, dob, no * 4);
-		T_OK(rc == 0 && !memcmp(again, got, no * 4), mma ? "mla decode mma twice" : "mla decode twice",
-		     "%s: a second call gave other bits", shape);
+		T_OK(rc == 0 && !memcmp(again, got, no * 4), twice, "%s: a second call gave other bits",
+		     shape);
 		free(again);
 	}
 	for (int i = 2; i >= 0; i--) { /* put the rows back, last first (they may coincide) */
