@@ -39,6 +39,7 @@
 #include <atomic>
 
 #include "mla_attn.cuh"
+#include "mma_dev.cuh"
 
 namespace mla_mma {
 using namespace x4c;
@@ -130,32 +131,12 @@ __device__ __forceinline__ float softmax_step(float s, float &m_run, float &l_ru
 }
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-__device__ __forceinline__ uint32_t smem_u32(const void *p)
-{
-	return (uint32_t)__cvta_generic_to_shared(p);
-}
-
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, int src_bytes)
-{
-	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes)
-		     : "memory");
-}
-
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-
-template <int N>
-__device__ __forceinline__ void cp_async_wait()
-{
-	asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
-__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr)
-{
-	asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-		     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-		     : "r"(addr)
-		     : "memory");
-}
+/* shared-memory addresses, cp.async and ldmatrix: mma_dev.cuh's */
+using x4m::smem_u32;
+using x4m::cp_async16;
+using x4m::cp_async_commit;
+using x4m::cp_async_wait;
+using x4m::ldsm_x4;
 
 __device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], uint32_t addr)
 {
