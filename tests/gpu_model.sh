@@ -453,6 +453,11 @@ synth small --preset small --seed 1 && model_checks small "$tmp/small" "$short"
 if [ -s "$tmp/small.f32.npy" ] && [ -s "$tmp/small.f64.npy" ]; then
 	attn_checks small "$tmp/small" "$short" fp32
 	attn_checks small "$tmp/small" "$short" mma
+	# the default (auto) takes the tensor-core attention on sm_80 and later
+	if grep -q '"attn":"mma"' "$tmp/small.mma1.json" 2>/dev/null; then
+		grep -q '"attn":"mma"' "$tmp/small.pick.json"
+		check small.attn_auto_is_mma $? "the default run reports $(grep -o '"attn":"[a-z0-9]*"' "$tmp/small.pick.json")"
+	fi
 fi
 [ -s "$tmp/small.f32.npy" ] && [ -s "$tmp/small.f64.npy" ] && gemm_fma_checks small "$tmp/small" "$short"
 # A short context makes the prefill chunk short (16 here), and a 4-token

@@ -175,15 +175,16 @@ static int open_device(x4_trunk_cuda *t, int ordinal, x4_err *e)
  * configure changes anything, not at the first decode step. */
 static int resolve_attn(const x4_trunk_cuda *t, const x4_trunk_opts *o, int *out, x4_err *e)
 {
+	const int asked = o->attn; /* out may be &o->attn */
 	*out = X4_ATTN_FP32;
-	if (o->attn == X4_ATTN_FP32)
+	if (asked == X4_ATTN_FP32)
 		return 0;
 	int major = 0, minor = 0;
 	X4_CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, t->dev),
 		    "read the device's compute capability", e);
 	X4_CUDA_TRY(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, t->dev),
 		    "read the device's compute capability", e);
-	if (o->attn == X4_ATTN_AUTO) {
+	if (asked == X4_ATTN_AUTO) {
 		if (major >= 8 && x4k_mla_mma_shape(t->c->n_head, t->c->kv_lora, t->c->d_rope))
 			*out = X4_ATTN_MMA;
 		return 0;
