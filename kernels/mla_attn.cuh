@@ -69,6 +69,24 @@ struct mla_params {
 	float scale;
 };
 
+/* A prefill chunk's parameters: one span a token, no partials. */
+inline mla_params mla_prefill_params(const float *qt, const uint16_t *cache, const int *pos,
+				     float *ob, int n_head, int kv_lora, int cw, int max_ctx,
+				     float scale)
+{
+	mla_params a = {};
+	a.qt = qt;
+	a.cache = reinterpret_cast<const __half2 *>(cache);
+	a.pos = pos;
+	a.ob = ob;
+	a.n_head = n_head;
+	a.kv_lora = kv_lora;
+	a.cw = cw;
+	a.max_ctx = max_ctx;
+	a.scale = scale;
+	return a;
+}
+
 /* One decode token's parameters, the partials carved from ws in the layout
  * x4k_mla_decode_workspace_bytes counts: pm, pl [nsplit][n_head], then pacc
  * [nsplit][n_head][kv_lora] (both decode kernels write it, the combine reads it). */
@@ -76,21 +94,12 @@ inline mla_params mla_decode_params(const float *qt, const uint16_t *cache, cons
 				    float *ob, void *ws, int n_head, int kv_lora, int cw,
 				    int max_ctx, float scale, int nsplit)
 {
-	mla_params a;
-	a.qt = qt;
-	a.cache = reinterpret_cast<const __half2 *>(cache);
-	a.pos = pos;
-	a.ob = ob;
+	mla_params a = mla_prefill_params(qt, cache, pos, ob, n_head, kv_lora, cw, max_ctx, scale);
 	a.pm = (float *)ws;
 	a.pl = a.pm + (size_t)nsplit * n_head;
 	a.pacc = a.pl + (size_t)nsplit * n_head;
 	if ((uintptr_t)a.pacc % 8) /* float2 stores: 8-byte aligned rows (the +256 covers it) */
 		a.pacc += 1;
-	a.n_head = n_head;
-	a.kv_lora = kv_lora;
-	a.cw = cw;
-	a.max_ctx = max_ctx;
-	a.scale = scale;
 	return a;
 }
 

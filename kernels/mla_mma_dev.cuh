@@ -131,29 +131,14 @@ __device__ __forceinline__ float softmax_step(float s, float &m_run, float &l_ru
 }
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-/* shared-memory addresses, cp.async and ldmatrix: mma_dev.cuh's */
+/* shared-memory addresses, cp.async, ldmatrix and the fp16 MMA: mma_dev.cuh's */
 using x4m::smem_u32;
 using x4m::cp_async16;
 using x4m::cp_async_commit;
 using x4m::cp_async_wait;
 using x4m::ldsm_x4;
-
-__device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], uint32_t addr)
-{
-	asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-		     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-		     : "r"(addr)
-		     : "memory");
-}
-
-/* d += A . B, f16 in, f32 accumulate */
-__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
-{
-	asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
-	    "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-	    : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-	    : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
+using x4m::ldsm_x4_t;
+using x4m::mma16816;
 
 /* two fp16 (x in the low half: the lower column) */
 __device__ __forceinline__ uint32_t pack_h2(__half x, __half y)

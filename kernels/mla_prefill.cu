@@ -29,16 +29,8 @@ extern "C" int x4k_mla_prefill(int n_tok, int n_head, int kv_lora, int d_rope, c
 		return x4_err_set(e, X4_EINVAL, "x4k_mla_prefill: NULL buffer");
 	if (((uintptr_t)qt % 8) || ((uintptr_t)cache % 4) || ((uintptr_t)ob % 8))
 		return x4_err_set(e, X4_EINVAL, "x4k_mla_prefill: misaligned buffer");
-	mla_params a = {};
-	a.qt = qt;
-	a.cache = reinterpret_cast<const __half2 *>(cache);
-	a.pos = pos;
-	a.ob = ob;
-	a.n_head = n_head;
-	a.kv_lora = kv_lora;
-	a.cw = cw;
-	a.max_ctx = max_ctx;
-	a.scale = kq_scale;
+	const mla_params a =
+		mla_prefill_params(qt, cache, pos, ob, n_head, kv_lora, cw, max_ctx, kq_scale);
 	dim3 grid(1, (n_head + MLA_HG - 1) / MLA_HG, n_tok);
 	X4C_MLA_CPI_SWITCH(cw, CPI, mla_attn_kernel<CPI><<<grid, MLA_THREADS, mla_smem_bytes(cw), s>>>(a));
 	return x4_cuda_launched("x4k_mla_prefill: attention", e);

@@ -254,16 +254,8 @@ static int mla_prefill_mma(int n_tok, int n_head, int kv_lora, int d_rope, const
 	if (int rc = mma_device_ready(mla_prefill_mma_kernel<NSTAGE>, smem, ready,
 				      "x4k_mla_prefill_mma", e))
 		return rc;
-	mla_params a = {};
-	a.qt = qt;
-	a.cache = reinterpret_cast<const __half2 *>(cache);
-	a.pos = pos;
-	a.ob = ob;
-	a.n_head = n_head;
-	a.kv_lora = KV;
-	a.cw = CW;
-	a.max_ctx = max_ctx;
-	a.scale = kq_scale;
+	const mla_params a =
+		mla_prefill_params(qt, cache, pos, ob, n_head, KV, CW, max_ctx, kq_scale);
 	const int n_rows = n_tok * n_head;
 	mla_prefill_mma_kernel<NSTAGE><<<(n_rows + PR - 1) / PR, THREADS, smem, s>>>(a, n_rows);
 	return x4_cuda_launched("x4k_mla_prefill_mma: attention", e);
