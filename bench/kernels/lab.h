@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "x4.h"
+#include "x4_kern.h"
 
 #define LAB_REPS 25
 
@@ -146,6 +147,50 @@ static inline uint16_t *lab_half(size_t n, uint32_t seed, bool fp16)
 	lab_fill_half<<<1024, 256>>>(p, n, seed, fp16);
 	LAB_CK(cudaGetLastError());
 	return p;
+}
+
+/* Every block's fp16 scale (its first 2 bytes; bb bytes a block) made
+ * finite: exponent field 10..13, sign and mantissa kept. */
+__global__ void lab_finite_scales(uint8_t *w, size_t n_blocks, int bb)
+{
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n_blocks;
+	     i += (size_t)gridDim.x * blockDim.x) {
+		uint16_t *h = reinterpret_cast<uint16_t *>(w + i * bb);
+		const unsigned v = *h;
+		*h = (uint16_t)((v & 0x83ffu) | (((v >> 10) & 3u) + 10u) << 10);
+	}
+}
+
+/* E matrices of n rows of k values of a block type, random blocks with
+ * finite scales (the outputs compared are then finite numbers) */
+static inline void *lab_experts(int type, int E, int n, int k, uint32_t seed)
+{
+	size_t nb = (size_t)E * n * (k / x4_type_block_elems(type));
+	size_t bytes = nb * x4_type_block_bytes(type);
+	void *w = lab_alloc(bytes);
+	lab_bytes(w, bytes, seed);
+	lab_finite_scales<<<1024, 256>>>((uint8_t *)w, nb, x4_type_block_bytes(type));
+	LAB_CK(cudaGetLastError());
+	return w;
+}
+
+struct lab_routes {
+	x4k_moe_routes r;
+	void *rws;
+};
+
+/* r's table for tile routes a tile from the host's sel and wts */
+static inline void lab_routes_make(lab_routes *m, int n_tok, int k, int E, int tile, const int32_t *sel,
+				   const float *wts, cudaStream_t s)
+{
+	x4_err e = { 0 };
+	size_t rb = x4k_moe_routes_bytes(n_tok, k, E, tile);
+	m->rws = lab_alloc(rb);
+	LAB_X4(x4k_moe_routes_init(&m->r, m->rws, rb, n_tok, k, E, tile, &e), e);
+	LAB_CK(cudaMemcpy(m->r.sel, sel, (size_t)n_tok * k * 4, cudaMemcpyHostToDevice));
+	LAB_CK(cudaMemcpy(m->r.wts, wts, (size_t)n_tok * k * 4, cudaMemcpyHostToDevice));
+	LAB_X4(x4k_moe_route_table(&m->r, s, &e), e);
+	LAB_CK(cudaStreamSynchronize(s));
 }
 
 /* A device int holding v (a position, read by the kernels on the device). */

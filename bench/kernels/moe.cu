@@ -29,49 +29,6 @@
 #include "old/moe_chunk.cuh" /* before quant_dev_317.cuh: its T_EXP and SMALL_NV are macros */
 #include "old/quant_dev_317.cuh"
 
-/* Every block's fp16 scale (its first 2 bytes; bb bytes a block) made
- * finite: exponent field 10..13, sign and mantissa kept. */
-__global__ void finite_scales(uint8_t *w, size_t n_blocks, int bb)
-{
-	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n_blocks;
-	     i += (size_t)gridDim.x * blockDim.x) {
-		uint16_t *h = reinterpret_cast<uint16_t *>(w + i * bb);
-		const unsigned v = *h;
-		*h = (uint16_t)((v & 0x83ffu) | (((v >> 10) & 3u) + 10u) << 10);
-	}
-}
-
-/* n_expert matrices of n rows of k values of type, random blocks with finite scales */
-static void *experts_make(int type, int E, int n, int k, uint32_t seed)
-{
-	size_t nb = (size_t)E * n * (k / x4_type_block_elems(type));
-	size_t bytes = nb * x4_type_block_bytes(type);
-	void *w = lab_alloc(bytes);
-	lab_bytes(w, bytes, seed);
-	finite_scales<<<1024, 256>>>((uint8_t *)w, nb, x4_type_block_bytes(type));
-	LAB_CK(cudaGetLastError());
-	return w;
-}
-
-struct routed {
-	x4k_moe_routes r;
-	void *rws;
-};
-
-/* r's table for tile routes a tile from the host's sel and wts */
-static void routes_make(routed *m, int n_tok, int k, int E, int tile, const int32_t *sel,
-			const float *wts, cudaStream_t s)
-{
-	x4_err e = { 0 };
-	size_t rb = x4k_moe_routes_bytes(n_tok, k, E, tile);
-	m->rws = lab_alloc(rb);
-	LAB_X4(x4k_moe_routes_init(&m->r, m->rws, rb, n_tok, k, E, tile, &e), e);
-	LAB_CK(cudaMemcpy(m->r.sel, sel, (size_t)n_tok * k * 4, cudaMemcpyHostToDevice));
-	LAB_CK(cudaMemcpy(m->r.wts, wts, (size_t)n_tok * k * 4, cudaMemcpyHostToDevice));
-	LAB_X4(x4k_moe_route_table(&m->r, s, &e), e);
-	LAB_CK(cudaStreamSynchronize(s));
-}
-
 /* chunk against new on one token: h and the route outputs, bit for bit */
 static bool same_bits(const lab *L, int type, const x4k_moe_routes *r, const float *x, int d, int f,
 		      const void *gate, const void *up, const void *down, void *ws, size_t wsb,
@@ -111,9 +68,9 @@ int main(int argc, char **argv)
 	const int types[2] = { X4_T_IQ4_NL, X4_T_Q8_0 };
 	void *gate[2], *up[2], *down[2];
 	for (int i = 0; i < 2; i++) {
-		gate[i] = experts_make(types[i], E, f, d, 31 + 3 * i);
-		up[i] = experts_make(types[i], E, f, d, 32 + 3 * i);
-		down[i] = experts_make(types[i], E, d, f, 33 + 3 * i);
+		gate[i] = lab_experts(types[i], E, f, d, 31 + 3 * i);
+		up[i] = lab_experts(types[i], E, f, d, 32 + 3 * i);
+		down[i] = lab_experts(types[i], E, d, f, 33 + 3 * i);
 	}
 	float *x = lab_f32((size_t)T * d, 34);
 	size_t wsb = x4k_moe_experts_workspace_bytes(T, k, d, f); /* serves one token too */
@@ -123,8 +80,8 @@ int main(int argc, char **argv)
 	{ /* one token */
 		int32_t sel[4] = { 5, 17, 40, 63 };
 		float wts[4] = { 0.4f, 0.3f, 0.2f, 0.1f };
-		routed m;
-		routes_make(&m, 1, k, E, x4k_moe_tile(1, k), sel, wts, L.s);
+		lab_routes m;
+		lab_routes_make(&m, 1, k, E, x4k_moe_tile(1, k), sel, wts, L.s);
 		float *h = (float *)ws;
 		float *o = (float *)((char *)ws + (((size_t)k * f * 4 + 255) & ~(size_t)255));
 		bool same = true;
@@ -183,8 +140,8 @@ int main(int argc, char **argv)
 		const int tiles[2] = { x4k_moe_tile(T, k), 4 };
 		const char *variant[2] = { "new", "tile4" };
 		for (int i = 0; i < 2 && L.run_new; i++) {
-			routed m;
-			routes_make(&m, T, k, E, tiles[i], sel.data(), wts.data(), L.s);
+			lab_routes m;
+			lab_routes_make(&m, T, k, E, tiles[i], sel.data(), wts.data(), L.s);
 			lab_row(&L, "moe_experts", variant[i], nm, bytes, lab_time_us(&L, [&] {
 					LAB_X4(x4k_moe_experts(&m.r, X4_T_IQ4_NL, x, d, f, gate[0], up[0],
 							       down[0], ws, wsb, NULL, L.s, &e), e);
