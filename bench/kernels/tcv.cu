@@ -202,8 +202,10 @@ static void emu_warp(const uint8_t *rows, size_t rb, const float *x, float *out)
 	if (C16) {
 		static b16<NG> bl[32];
 		float m = 0.f;
-		for (int l = 0; l < 32; l++)
-			m = fmaxf(m, bl[l].load(x, l));
+		for (int l = 0; l < 32; l++) {
+			bl[l].load(x, l);
+			m = fmaxf(m, bl[l].max());
+		}
 		const int e = b16<NG>::scale_exp(m);
 		for (int l = 0; l < 32; l++)
 			bl[l].store(B.data(), l, pow2(e));
@@ -211,8 +213,10 @@ static void emu_warp(const uint8_t *rows, size_t rb, const float *x, float *out)
 	} else {
 		static b8<NG> bl[32];
 		float m = 0.f;
-		for (int l = 0; l < 32; l++)
-			m = fmaxf(m, bl[l].load(x, l));
+		for (int l = 0; l < 32; l++) {
+			bl[l].load(x, l);
+			m = fmaxf(m, bl[l].max());
+		}
 		const int e = b8<NG>::scale_exp(m);
 		for (int l = 0; l < 32; l++)
 			bl[l].store(B.data(), l, pow2(e));
@@ -401,11 +405,16 @@ struct cores {
 	int (*swiglu)(const void *, const void *, int, int, const float *, float *, cudaStream_t, x4_err *);
 };
 
-static const cores CORES[2] = {
-	{ "tc16", tcv::moe_gu<tcv::core16>, tcv::moe_down_sum<tcv::core16>, tcv::gemv<tcv::core16>,
-	  tcv::gemv_swiglu<tcv::core16> },
-	{ "tc8", tcv::moe_gu<tcv::core8>, tcv::moe_down_sum<tcv::core8>, tcv::gemv<tcv::core8>,
-	  tcv::gemv_swiglu<tcv::core8> },
+/* tc16, tc8: a warp takes 2 groups (512 values) of k; _k1: 1 group, twice
+ * the warps a block */
+#define TCV_CORE(name, C, NG)                                                                          \
+	{ name, tcv::moe_gu<tcv::C, NG>, tcv::moe_down_sum<tcv::C, NG>, tcv::gemv<tcv::C, NG>,        \
+	  tcv::gemv_swiglu<tcv::C, NG> }
+static const cores CORES[] = {
+	TCV_CORE("tc16", core16, 2),
+	TCV_CORE("tc8", core8, 2),
+	TCV_CORE("tc16_k1", core16, 1),
+	TCV_CORE("tc8_k1", core8, 1),
 };
 
 static void moe_shapes(lab *L)

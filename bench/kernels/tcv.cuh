@@ -31,13 +31,27 @@
  * Layout.  A block takes 16 output rows (the MMA's M) of MT matrices and the
  * whole k, split over its warps in ranges of NG groups (a group: 8 blocks
  * of a row, 144 bytes, nine 16-byte lines, 16-byte aligned as the model's
- * rows are).  A warp first issues cp.async copies of all of its weight
- * bytes (one commit group a group, so that it starts on its first group
- * while the later ones are in flight), then loads its slice of x, builds
- * its B fragments into shared memory, and runs the MMAs group by group;
- * the warps' per-row sums are added through shared memory in warp order
- * (no atomics: the same bits every run), and the block's epilogue writes
- * the SwiGLU product, the plain sum or the weighted top-k sum.
+ * rows are; NG 2 is 512 values a warp, NG 1 256 and twice the warps).  A
+ * warp issues cp.async copies of all of its weight bytes at once, one
+ * commit group a group, so that it starts on its first group while the
+ * later ones are in flight.  Its slice of x is copied first where x comes
+ * after the dependency wait anyway (the experts: the route table is an
+ * activation), so that it is not queued behind the weights; the dense
+ * products issue their weights before the wait (pdl.cuh) and load x after
+ * it.  The warp builds its B fragments in shared memory, runs the MMAs
+ * group by group, and the warps' per-row sums are added through shared
+ * memory in warp order (no atomics: the same bits every run); the block's
+ * epilogue writes the SwiGLU product, the plain sum or the weighted top-k
+ * sum.
+ *
+ * Instructions (SASS of sm_90, static counts of the unrolled loop, a lane's
+ * share of 512 weights a block a tile): tc8 37 a block-tile, 2.3 a weight
+ * (the lookup 1.4, the epilogue's IMAD, I2FP, FFMA and d's HADD2 0.5, the
+ * shared-memory words 0.3, the MMA); tc16 53, 3.3 a weight (the fp16
+ * conversion adds a PRMT and an HSUB2 for every two codes); before the
+ * loop, the copies, x and the B build add 0.7 - 1.1 a weight with two
+ * tiles (gate and up), 1.4 - 2.4 with one.  The library's register core is
+ * about 4.4 a weight in its loop (quant_dev.cuh).
  *
  * The k permutation.  A 32-value block's two 16-value MMA halves (tc16) or
  * its one 32-value MMA (tc8) may take its values in any order, so long as
@@ -244,18 +258,25 @@ template <int NG> struct b16 {
 		qb = (lane >> 2) + GROUP_QB * (i / RW), t = lane & 3, r = i % RW;
 	}
 	static TCV_HD int word(int qb, int g, int t, int r) { return qb * QB_BW + (4 * g + t) * 4 + r; }
-	/* the lane's values of x (the warp's slice); returns their max |x| */
-	TCV_HD float load(const float *__restrict__ x, int lane)
+	/* the lane's values of x (the warp's slice) */
+	TCV_HD void load(const float *__restrict__ x, int lane)
 	{
-		float m = 0.f;
 TCV_UNROLL
 		for (int i = 0; i < CPL; i++) {
 			int qb, t, r;
 			of(lane, i, qb, t, r);
 			const int j = qb * 32 + lane_byte(t, r, qb & 1);
 			a[i] = x[j], b[i] = x[j + 16];
-			m = fmaxf(m, fmaxf(fabsf(a[i]), fabsf(b[i])));
 		}
+	}
+	/* their largest |x|, apart from the loads so that a caller can issue
+	 * other loads between */
+	TCV_HD float max() const
+	{
+		float m = 0.f;
+TCV_UNROLL
+		for (int i = 0; i < CPL; i++)
+			m = fmaxf(m, fmaxf(fabsf(a[i]), fabsf(b[i])));
 		return m;
 	}
 	static TCV_HD int scale_exp(float m) { return q_scale_exp(m); }
@@ -321,19 +342,24 @@ template <int NG> struct b8 {
 		qb = (lane >> 2) + GROUP_QB * (i / RW), t = lane & 3, r = i % RW;
 	}
 	static TCV_HD int word(int qb, int c, int t, int r) { return qb * QB_BW + (4 * c + t) * 2 + r; }
-	TCV_HD float load(const float *__restrict__ x, int lane)
+	TCV_HD void load(const float *__restrict__ x, int lane)
 	{
-		float m = 0.f;
 TCV_UNROLL
 		for (int i = 0; i < CPL; i++) {
 			int qb, t, r;
 			of(lane, i, qb, t, r);
 			const int ja = qb * 32 + lane_byte(t, 2 * r, qb & 1), jb = qb * 32 + lane_byte(t, 2 * r + 1, qb & 1);
 			v[i][0] = x[ja], v[i][1] = x[ja + 16], v[i][2] = x[jb], v[i][3] = x[jb + 16];
+		}
+	}
+	TCV_HD float max() const
+	{
+		float m = 0.f;
+TCV_UNROLL
+		for (int i = 0; i < CPL; i++)
 TCV_UNROLL
 			for (int q = 0; q < 4; q++)
 				m = fmaxf(m, fabsf(v[i][q]));
-		}
 		return m;
 	}
 	/* max|x| * 2^k in [2^29, 2^30): |v| < 2^30, so v + 0x808080 stays in int32 */
@@ -398,14 +424,12 @@ __device__ __forceinline__ void cp_async_wait_n(int n)
 	}
 }
 
-/* The warp's B words from its slice of x (loaded after any dependency
- * wait); returns 1/s. */
+/* The warp's B words from the values bb loaded (its slice of x); returns
+ * 1/s. */
 template <class BUILD>
-__device__ __forceinline__ float build_b(const float *__restrict__ x, uint32_t *B, int lane)
+__device__ __forceinline__ float build_b(const BUILD &bb, uint32_t *B, int lane)
 {
-	BUILD bb;
-	const float m = x4c::warp_max(bb.load(x, lane));
-	const int e = BUILD::scale_exp(m);
+	const int e = BUILD::scale_exp(x4c::warp_max(bb.max()));
 	bb.store(B, lane, pow2f(e));
 	return pow2f(-e);
 }
@@ -477,6 +501,20 @@ struct core8 {
 };
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+/* Issue the copies of the warp's slice of x (NG * 256 values, 16-byte
+ * aligned) into xs, one commit group ahead of the weights' (stage): x is
+ * then not queued behind the weight traffic, which a load issued after it
+ * would be (the compiler places ordinary loads after the copies). */
+template <int NG>
+__device__ __forceinline__ void stage_x(float *xs, const float *x, int lane)
+{
+	const uint32_t dst = smem_u32(xs) + 16 * lane;
+#pragma unroll
+	for (int i = 0; i < NG * GROUP_QB * 32 / 4 / 32; i++)
+		cp_async16(dst + 512 * i, x + 4 * lane + 128 * i, 16);
+	cp_async_commit();
+}
+
 /* Issue the copies of a warp's weights: MT tiles of 16 rows (rows0[mt]: row
  * 0 of tile mt at the warp's first group; rows rb bytes apart), NG groups,
  * one commit group a group, into buf ([group][tile][row][36 words]).  Lane
@@ -549,25 +587,30 @@ __device__ __forceinline__ void tiles_dot(const uint32_t *buf, const uint32_t *b
 #endif /* __CUDA_ARCH__ >= 800 */
 
 /* Shared memory of a block of nw warps, in words: each warp's weights
- * (wsl) and B words (bsl), one zero array as long as a warp's B words
+ * (WSL), B words (BSL) and slice of x (XSL), one zero array as long as a warp's B words
  * (the lanes past the core's B lanes read it), the warps' sums. */
 template <int MT, int NG> struct smem_words {
-	enum { WSL = NG * MT * ROWS * ROWW, BSL = QB_BW * GROUP_QB * NG };
-	static constexpr size_t of(int nw) { return (size_t)nw * (WSL + BSL) + BSL + (size_t)nw * MT * ROWS; }
+	enum { WSL = NG * MT * ROWS * ROWW, BSL = QB_BW * GROUP_QB * NG, XSL = NG * GROUP_QB * 32 };
+	static constexpr size_t of(int nw)
+	{
+		return (size_t)nw * (WSL + BSL + XSL) + BSL + (size_t)nw * MT * ROWS;
+	}
 };
 
-/* A block's carve-up: the warp's weights and B words, the zero array, the
- * sums; the lane's B pointer. */
+/* A block's carve-up: the warp's weights, B words and x, the zero array,
+ * the sums; the lane's B pointer. */
 template <class CORE, int MT, int NG> struct carve {
 	uint32_t *w, *b, *zero;
+	float *x;
 	const uint32_t *bp;
 	float *red;
 	__device__ __forceinline__ carve(uint32_t *sm, int warp, int nw, int lane)
 	{
 		using S = smem_words<MT, NG>;
-		w = sm + (size_t)warp * (S::WSL + S::BSL);
+		w = sm + (size_t)warp * (S::WSL + S::BSL + S::XSL);
 		b = w + S::WSL;
-		zero = sm + (size_t)nw * (S::WSL + S::BSL);
+		x = reinterpret_cast<float *>(b + S::BSL);
+		zero = sm + (size_t)nw * (S::WSL + S::BSL + S::XSL);
 		red = reinterpret_cast<float *>(zero + S::BSL);
 		bp = lane < CORE::BLANES ? b + lane * CORE::BW : zero;
 	}
@@ -595,7 +638,7 @@ struct rows_args {
 	x4k_moe_routes r; /* MOE only */
 };
 
-constexpr int MAX_THREADS = 32 * 14; /* k 3584 in groups of one: 14 warps */
+constexpr int MAX_THREADS = 32 * 20; /* the fused down of f 1024 in ranges of one group: 5 x 4 warps */
 
 template <class CORE, int MT, int NG, bool MOE>
 __global__ void __launch_bounds__(MAX_THREADS)
@@ -610,8 +653,9 @@ rows_kernel(rows_args a)
 	const size_t rb = x4d::row_bytes(X4_T_IQ4_NL, a.k);
 	const int row0 = (MOE ? blockIdx.y : blockIdx.x) * ROWS;
 	const size_t koff = (size_t)warp * NG * GROUP_BYTES;
-	const float *x = a.x;
+	const size_t xoff = (size_t)warp * NG * GROUP_QB * 32;
 	float *y = a.y;
+	typename CORE::template build<NG> bb;
 	if constexpr (MOE) { /* the table is an activation: wait first */
 		x4p::trigger();
 		x4p::wait();
@@ -619,10 +663,10 @@ rows_kernel(rows_args a)
 		if (m >= *a.r.n_tiles) /* uniform over the block, before any barrier */
 			return;
 		const int ex = a.r.tile_expert[m], start = a.r.tile_start[m];
+		stage_x<NG>(cv.x, a.x + (size_t)(a.r.route[start] / a.r.k) * a.k + xoff, lane);
 		const uint8_t *const rows0[MT] = { a.w0 + ((size_t)ex * a.n + row0) * rb + koff,
 						   a.w1 + ((size_t)ex * a.n + row0) * rb + koff };
 		stage<MT, NG>(cv.w, rows0, rb, lane);
-		x += (size_t)(a.r.route[start] / a.r.k) * a.k;
 		y += (size_t)start * a.n;
 	} else { /* the weights before the wait: they do not depend on it */
 		const uint8_t *rows0[MT];
@@ -632,9 +676,17 @@ rows_kernel(rows_args a)
 		stage<MT, NG>(cv.w, rows0, rb, lane);
 		x4p::trigger();
 		x4p::wait();
+		/* x after the weights, of necessity: loaded directly, since a copy
+		 * behind theirs would complete only with all of them */
+		bb.load(a.x + xoff, lane);
 	}
 	zero_fill<NG>(cv.zero);
-	const float inv = build_b<typename CORE::template build<NG>>(x + (size_t)warp * NG * GROUP_QB * 32, cv.b, lane);
+	if constexpr (MOE) {
+		cp_async_wait_n(NG); /* x's copy, the oldest group */
+		__syncwarp();
+		bb.load(cv.x, lane);
+	}
+	const float inv = build_b(bb, cv.b, lane);
 	__syncthreads(); /* the zero array; each warp's B words */
 	float out[MT][2];
 	tiles_dot<CORE, MT, NG>(cv.w, cv.bp, cv.zero[threadIdx.x & 31], inv, out);
@@ -695,14 +747,20 @@ down_sum_kernel(x4k_moe_routes r, int d, int f, const uint8_t *__restrict__ down
 		w = sdown;
 		xv = sh;
 	}
-	if (w) { /* uniform over the warp */
+	typename CORE::template build<NG> bb;
+	if (w) { /* uniform over the warp; x first, as in rows_kernel */
+		stage_x<NG>(cv.x, xv + (size_t)kw * NG * GROUP_QB * 32, lane);
 		const uint8_t *const rows0[1] = { w + (size_t)row0 * rb + (size_t)kw * NG * GROUP_BYTES };
 		stage<1, NG>(cv.w, rows0, rb, lane);
 	}
 	zero_fill<NG>(cv.zero);
 	float inv = 0.f;
-	if (w)
-		inv = build_b<typename CORE::template build<NG>>(xv + (size_t)kw * NG * GROUP_QB * 32, cv.b, lane);
+	if (w) {
+		cp_async_wait_n(NG); /* x's copy */
+		__syncwarp();
+		bb.load(cv.x, lane);
+		inv = build_b(bb, cv.b, lane);
+	}
 	__syncthreads();
 	if (w) {
 		float out[1][2];
@@ -750,14 +808,15 @@ static inline int device_ok(x4_err *e)
 	return 0;
 }
 
-/* The dynamic shared memory a kernel takes, set once (the lab's one device). */
+/* The dynamic shared memory a kernel takes, raised when a launch needs
+ * more than the last (the lab's one device; `set` is the kernel's own). */
 template <typename K>
-static inline int smem_attr(K kernel, size_t bytes, bool &done, x4_err *e)
+static inline int smem_attr(K kernel, size_t bytes, size_t &set, x4_err *e)
 {
-	if (!done) {
+	if (bytes > set) {
 		X4_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes),
 			    "tcv: the kernel's shared memory", e);
-		done = true;
+		set = bytes;
 	}
 	return 0;
 }
@@ -788,8 +847,8 @@ static int gemv(const void *w, int n, int k, const float *x, float *y, cudaStrea
 		return rc;
 	const int nw = k / (NG * GROUP_QB * 32);
 	const size_t bytes = smem_words<1, NG>::of(nw) * 4;
-	static bool done = false;
-	if ((rc = smem_attr(rows_kernel<CORE, 1, NG, false>, smem_words<1, NG>::of(MAX_THREADS / 32) * 4, done, e)))
+	static size_t done = 0;
+	if ((rc = smem_attr(rows_kernel<CORE, 1, NG, false>, bytes, done, e)))
 		return rc;
 	rows_args a = {};
 	a.w0 = static_cast<const uint8_t *>(w), a.x = x, a.y = y, a.n = n, a.k = k;
@@ -811,8 +870,8 @@ static int gemv_swiglu(const void *wg, const void *wu, int n, int k, const float
 		return rc;
 	const int nw = k / (NG * GROUP_QB * 32);
 	const size_t bytes = smem_words<2, NG>::of(nw) * 4;
-	static bool done = false;
-	if ((rc = smem_attr(rows_kernel<CORE, 2, NG, false>, smem_words<2, NG>::of(MAX_THREADS / 32) * 4, done, e)))
+	static size_t done = 0;
+	if ((rc = smem_attr(rows_kernel<CORE, 2, NG, false>, bytes, done, e)))
 		return rc;
 	rows_args a = {};
 	a.w0 = static_cast<const uint8_t *>(wg), a.w1 = static_cast<const uint8_t *>(wu);
@@ -838,8 +897,8 @@ static int moe_gu(const x4k_moe_routes *r, const float *x, int d, int f, const v
 		return rc;
 	const int nw = d / (NG * GROUP_QB * 32);
 	const size_t bytes = smem_words<2, NG>::of(nw) * 4;
-	static bool done = false;
-	if ((rc = smem_attr(rows_kernel<CORE, 2, NG, true>, smem_words<2, NG>::of(MAX_THREADS / 32) * 4, done, e)))
+	static size_t done = 0;
+	if ((rc = smem_attr(rows_kernel<CORE, 2, NG, true>, bytes, done, e)))
 		return rc;
 	rows_args a = {};
 	a.w0 = static_cast<const uint8_t *>(gate), a.w1 = static_cast<const uint8_t *>(up);
@@ -866,8 +925,8 @@ static int moe_down_sum(const x4k_moe_routes *r, int d, int f, const void *down,
 		return rc;
 	const int nw = SUM_NM * (f / (NG * GROUP_QB * 32));
 	const size_t bytes = smem_words<1, NG>::of(nw) * 4;
-	static bool done = false;
-	if ((rc = smem_attr(down_sum_kernel<CORE, NG>, smem_words<1, NG>::of(MAX_THREADS / 32) * 4, done, e)))
+	static size_t done = 0;
+	if ((rc = smem_attr(down_sum_kernel<CORE, NG>, bytes, done, e)))
 		return rc;
 	x4p::launch(down_sum_kernel<CORE, NG>, dim3(d / ROWS), dim3(32 * nw), bytes, s, *r, d, f,
 		    static_cast<const uint8_t *>(down), h, static_cast<const uint8_t *>(sdown), sh, y);
