@@ -10,8 +10,9 @@
  *   moe           both: x4k_moe_experts_sum against tcv's two launches
  *   gemv          1024 x 3584 and 9216 x 3584 (x4k_gemv)
  *   gemv_swiglu   2 x 1024 x 3584 and 2 x 9216 x 3584 (x4k_gemv_swiglu)
- * Rows: old = the library, tc16 and tc8 = tcv.cuh's (shared-memory staging
- * by cp.async, 16 rows a block, split-K over the block's warps).  The
+ * Rows: old = the library; tc16 and tc8 = tcv.cuh's two cores (cp.async
+ * staging, 16 rows a block, split-K over the block's warps, 512 values of k
+ * a warp), tc16_k1 and tc8_k1 the same with 256 a warp (twice the warps).  The
  * library's two MoE kernels have no entry of their own: x4k_moe_experts_sum
  * is captured into a graph once and each kernel node replayed as a graph of
  * one node; tcv's MoE kernels are timed the same way, so that both go
@@ -313,7 +314,7 @@ template <typename F>
 static std::vector<cudaGraphExec_t> kernels_of(cudaStream_t s, F &&call)
 {
 	cudaGraph_t g;
-	LAB_CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+	LAB_CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed)); /* the launchers query the device */
 	call();
 	LAB_CK(cudaStreamEndCapture(s, &g));
 	size_t n = 0;
