@@ -88,17 +88,9 @@ __host__ __device__ constexpr int fa_col(int l, int r, int e) { return 2 * (l & 
 __host__ __device__ constexpr int fc_row(int l, int r) { return (l >> 2) + 8 * (r >> 1); }
 __host__ __device__ constexpr int fc_col(int l, int r) { return 2 * (l & 3) + (r & 1); }
 
-/* 2^k for k in [-126, 127], exactly */
-__device__ __forceinline__ float pow2f(int k) { return __int_as_float((127 + k) << 23); }
-
-/* The exponent k of a row's query scale 2^k: max|q| * 2^k in [2^14, 2^15). */
-__device__ __forceinline__ int q_scale_exp(float m)
-{
-	int e;
-	frexpf(m, &e); /* m = f * 2^e, f in [0.5, 1); 0 gives e = 0 */
-	e = e < -100 ? -100 : e > 100 ? 100 : e;
-	return 15 - e;
-}
+/* the power of two and the query's scale: mma_dev.cuh's */
+using x4m::pow2f;
+using x4m::q_scale_exp;
 
 /* The largest of a row's four k-quarter maxima, sqm[kq * stride + r]. */
 __device__ __forceinline__ float q_row_max(const float *sqm, int stride, int r)
@@ -140,18 +132,8 @@ using x4m::ldsm_x4;
 using x4m::ldsm_x4_t;
 using x4m::mma16816;
 
-/* two fp16 (x in the low half: the lower column) */
-__device__ __forceinline__ uint32_t pack_h2(__half x, __half y)
-{
-	return (uint32_t)__half_as_ushort(x) | (uint32_t)__half_as_ushort(y) << 16;
-}
-
-/* v = hi + lo + O(2^-22 v): hi = fp16(v), lo = fp16(v - hi) (v - hi exact in fp32) */
-__device__ __forceinline__ void split_h(float v, __half &hi, __half &lo)
-{
-	hi = __float2half_rn(v);
-	lo = __float2half_rn(v - __half2float(hi));
-}
+using x4m::pack_h2;
+using x4m::split_h;
 
 /* The copies of cache rows [tb, tb + 32) into the stage at dst (shared
  * address), this thread's CPT of them; rows at or past t1 are zero-filled

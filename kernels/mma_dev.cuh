@@ -1,10 +1,13 @@
 /*
  * mma_dev.cuh - the tensor-core and asynchronous-copy instructions of sm_80
  * and later, as the prefill's tensor-core gemm core (gemm_mma.cuh) issues
- * them: cp.async into shared memory, mma.sync m16n8k16 on BF16 operands
- * with fp32 accumulators, and the packed BF16 fma.  Everything here is
- * compiled for sm_80 and later only; a kernel that calls it keeps its body
- * under the same guard and its launcher checks the device on the host.
+ * them, and the tensor-core attention (mla_mma_dev.cuh) and the lab's
+ * batch-1 products (bench/kernels/tcv.cuh) with them: cp.async into shared
+ * memory, ldmatrix, mma.sync m16n8k16 on BF16 and fp16 operands with fp32
+ * accumulators, and the packed BF16 fma, compiled for sm_80 and later only
+ * (a kernel that calls them keeps its body under the same guard and its
+ * launcher checks the device on the host); and the fp16 hi/lo split of an
+ * fp32 value under a power-of-two scale, for any architecture and the host.
  *
  * Fragment layouts of mma.m16n8k16 (PTX ISA), lane l, g = l >> 2, c = l & 3,
  * the lower k index of a pair in a register's low half:
@@ -16,9 +19,38 @@
 #define X4_MMA_DEV_CUH
 
 #include <cuda_runtime.h>
+#include <cuda_fp16.h>
+#include <math.h>
 #include <stdint.h>
 
 namespace x4m {
+
+/* 2^k for k in [-126, 127], exactly */
+__device__ __forceinline__ float pow2f(int k) { return __int_as_float((127 + k) << 23); }
+
+/* The exponent k of a vector's scale 2^k (a head's query, a slice of x):
+ * max|v| * 2^k in [2^14, 2^15), so that its fp16 split (split_h) stays in
+ * fp16's range with ~22 bits. */
+__host__ __device__ __forceinline__ int q_scale_exp(float m)
+{
+	int e;
+	frexpf(m, &e); /* m = f * 2^e, f in [0.5, 1); 0 gives e = 0 */
+	e = e < -100 ? -100 : e > 100 ? 100 : e;
+	return 15 - e;
+}
+
+/* two fp16 (x in the low half: the lower column) */
+__host__ __device__ __forceinline__ uint32_t pack_h2(__half x, __half y)
+{
+	return (uint32_t)__half_as_ushort(x) | (uint32_t)__half_as_ushort(y) << 16;
+}
+
+/* v = hi + lo + O(2^-22 v): hi = fp16(v), lo = fp16(v - hi) (v - hi exact in fp32) */
+__host__ __device__ __forceinline__ void split_h(float v, __half &hi, __half &lo)
+{
+	hi = __float2half_rn(v);
+	lo = __float2half_rn(v - __half2float(hi));
+}
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
 __device__ __forceinline__ uint32_t smem_u32(const void *p)

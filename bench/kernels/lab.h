@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "x4.h"
+#include "x4_kern.h"
 
 #define LAB_REPS 25
 
@@ -221,6 +222,26 @@ static inline double lab_normwise_diff(const float *a, const float *b, size_t n,
 		m = std::max(m, (double)fabsf(hb[i]));
 	}
 	return m > 0 ? d / m : d;
+}
+
+/* One route table in its own allocation. */
+struct lab_routes {
+	x4k_moe_routes r;
+	void *rws;
+};
+
+/* r's table for tile routes a tile from the host's sel and wts */
+static inline void lab_routes_make(lab_routes *m, int n_tok, int k, int E, int tile, const int32_t *sel,
+				   const float *wts, cudaStream_t s)
+{
+	x4_err e = { 0 };
+	size_t rb = x4k_moe_routes_bytes(n_tok, k, E, tile);
+	m->rws = lab_alloc(rb);
+	LAB_X4(x4k_moe_routes_init(&m->r, m->rws, rb, n_tok, k, E, tile, &e), e);
+	LAB_CK(cudaMemcpy(m->r.sel, sel, (size_t)n_tok * k * 4, cudaMemcpyHostToDevice));
+	LAB_CK(cudaMemcpy(m->r.wts, wts, (size_t)n_tok * k * 4, cudaMemcpyHostToDevice));
+	LAB_X4(x4k_moe_route_table(&m->r, s, &e), e);
+	LAB_CK(cudaStreamSynchronize(s));
 }
 
 /* A device int holding v (a position, read by the kernels on the device). */

@@ -33,31 +33,6 @@
 #include "old/moe_chunk.cuh" /* before quant_dev_317.cuh: its T_EXP and SMALL_NV are macros */
 #include "old/quant_dev_317.cuh"
 
-/* n_expert matrices of n rows of k values of type, random blocks with finite scales */
-static void *experts_make(int type, int E, int n, int k, uint32_t seed)
-{
-	return lab_blocks(type, (size_t)E * n, k, seed);
-}
-
-struct routed {
-	x4k_moe_routes r;
-	void *rws;
-};
-
-/* r's table for tile routes a tile from the host's sel and wts */
-static void routes_make(routed *m, int n_tok, int k, int E, int tile, const int32_t *sel,
-			const float *wts, cudaStream_t s)
-{
-	x4_err e = { 0 };
-	size_t rb = x4k_moe_routes_bytes(n_tok, k, E, tile);
-	m->rws = lab_alloc(rb);
-	LAB_X4(x4k_moe_routes_init(&m->r, m->rws, rb, n_tok, k, E, tile, &e), e);
-	LAB_CK(cudaMemcpy(m->r.sel, sel, (size_t)n_tok * k * 4, cudaMemcpyHostToDevice));
-	LAB_CK(cudaMemcpy(m->r.wts, wts, (size_t)n_tok * k * 4, cudaMemcpyHostToDevice));
-	LAB_X4(x4k_moe_route_table(&m->r, s, &e), e);
-	LAB_CK(cudaStreamSynchronize(s));
-}
-
 /* chunk against new on one token: h and the route outputs, bit for bit */
 static bool same_bits(const lab *L, int type, const x4k_moe_routes *r, const float *x, int d, int f,
 		      const void *gate, const void *up, const void *down, void *ws, size_t wsb,
@@ -97,9 +72,9 @@ int main(int argc, char **argv)
 	const int types[2] = { X4_T_IQ4_NL, X4_T_Q8_0 };
 	void *gate[2], *up[2], *down[2];
 	for (int i = 0; i < 2; i++) {
-		gate[i] = experts_make(types[i], E, f, d, 31 + 3 * i);
-		up[i] = experts_make(types[i], E, f, d, 32 + 3 * i);
-		down[i] = experts_make(types[i], E, d, f, 33 + 3 * i);
+		gate[i] = lab_blocks(types[i], (size_t)E * f, d, 31 + 3 * i);
+		up[i] = lab_blocks(types[i], (size_t)E * f, d, 32 + 3 * i);
+		down[i] = lab_blocks(types[i], (size_t)E * d, f, 33 + 3 * i);
 	}
 	float *x = lab_f32((size_t)T * d, 34);
 	size_t wsb = x4k_moe_experts_workspace_bytes(T, k, d, f); /* serves one token too */
@@ -109,8 +84,8 @@ int main(int argc, char **argv)
 	{ /* one token */
 		int32_t sel[4] = { 5, 17, 40, 63 };
 		float wts[4] = { 0.4f, 0.3f, 0.2f, 0.1f };
-		routed m;
-		routes_make(&m, 1, k, E, x4k_moe_tile(1, k), sel, wts, L.s);
+		lab_routes m;
+		lab_routes_make(&m, 1, k, E, x4k_moe_tile(1, k), sel, wts, L.s);
 		float *h = (float *)ws;
 		float *o = (float *)((char *)ws + (((size_t)k * f * 4 + 255) & ~(size_t)255));
 		bool same = true;
@@ -172,8 +147,8 @@ int main(int argc, char **argv)
 		double bytes = E * eb + 4.0 * T * d + 4.0 * T * k * d, flops = 6.0 * T * k * f * d;
 		char nm[64];
 		snprintf(nm, sizeof nm, "%dtok_top4_3584x1024", T);
-		routed m;
-		routes_make(&m, T, k, E, x4k_moe_tile(T, k), sel.data(), wts.data(), L.s);
+		lab_routes m;
+		lab_routes_make(&m, T, k, E, x4k_moe_tile(T, k), sel.data(), wts.data(), L.s);
 		const size_t no = (size_t)T * k * d;
 		float *ref = (float *)lab_alloc(no * 4);
 		const float *on;
@@ -204,7 +179,7 @@ int main(int argc, char **argv)
 		x4k_gemm_mma_set(1);
 		LAB_CK(cudaFree(m.rws));
 		if (T == 512 && L.run_new) {
-			routes_make(&m, T, k, E, 4, sel.data(), wts.data(), L.s);
+			lab_routes_make(&m, T, k, E, 4, sel.data(), wts.data(), L.s);
 			lab_row(&L, "moe_experts", "tile4", nm, bytes, lab_time_us(&L, [&] {
 					LAB_X4(x4k_moe_experts(&m.r, X4_T_IQ4_NL, x, d, f, gate[0], up[0],
 							       down[0], ws, wsb, NULL, L.s, &e), e);

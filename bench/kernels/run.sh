@@ -15,7 +15,7 @@ make -s -j"$(nproc)" bench-kernels CUDA_ARCH="${CUDA_ARCH:-90}" >&2
 out=build/bench/lab.tsv
 : >"$out"
 first=1
-progs=(gemv gemm swiglu moe moe_router hc rmsnorm embed head rope kv_store mla_absorb
+progs=(gemv gemm swiglu moe moe_router tcv hc rmsnorm embed head rope kv_store mla_absorb
 	mla_decode mla_prefill sample chain)
 [ $# -gt 0 ] && progs=("$@")
 for p in "${progs[@]}"; do
