@@ -1,0 +1,75 @@
+/* emu_cuda.h - host shims for compiling x4's kernel headers with g++ and
+ * running their kernels on fibers (scratch emulator, not part of x4). */
+#pragma once
+#include <stdint.h>
+#include <stddef.h>
+#include <string.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+#define __shared__ static
+#define __align__(n) __attribute__((aligned(n)))
+#define __restrict__ __restrict
+
+struct uint3 { unsigned x, y, z; };
+struct dim3 { unsigned x, y, z; dim3(unsigned a = 1, unsigned b = 1, unsigned c = 1) : x(a), y(b), z(c) {} };
+struct float2 { float x, y; };
+struct float4 { float x, y, z, w; };
+struct uint4 { unsigned x, y, z, w; };
+struct uint2 { unsigned x, y; };
+inline float2 make_float2(float a, float b) { return float2{ a, b }; }
+inline float4 make_float4(float a, float b, float c, float d) { return float4{ a, b, c, d }; }
+
+struct __half { uint16_t x_; };
+struct __half2 { __half x, y; };
+inline __half __ushort_as_half(unsigned short u) { __half h; h.x_ = u; return h; }
+inline unsigned short __half_as_ushort(__half h) { return h.x_; }
+inline __half __float2half_rn(float f) { _Float16 v = (_Float16)f; __half h; memcpy(&h.x_, &v, 2); return h; }
+inline float __half2float(__half h) { _Float16 v; memcpy(&v, &h.x_, 2); return (float)v; }
+inline float __int_as_float(int i) { float f; memcpy(&f, &i, 4); return f; }
+inline int __float_as_int(float f) { int i; memcpy(&i, &f, 4); return i; }
+inline unsigned __float_as_uint(float f) { unsigned i; memcpy(&i, &f, 4); return i; }
+inline float __uint_as_float(unsigned i) { float f; memcpy(&f, &i, 4); return f; }
+inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
+inline float __fmul_rn(float a, float b) { return a * b; }
+template <class T> inline T __ldg(const T *p) { return *p; }
+inline int min(int a, int b) { return a < b ? a : b; }
+inline int max(int a, int b) { return a > b ? a : b; }
+
+/* the emulator's runtime (emu_rt.h) */
+struct emu_fiber;
+extern emu_fiber *emu_cur;
+extern uint3 blockIdx;
+extern dim3 gridDim, blockDim;
+uint3 emu_tid();
+#define threadIdx (emu_tid())
+void __syncthreads();
+float __shfl_xor_sync(unsigned mask, float v, int m);
+int __shfl_xor_sync(unsigned mask, int v, int m);
+float __shfl_sync(unsigned mask, float v, int src);
+int __shfl_sync(unsigned mask, int v, int src);
+
+/* the runtime API, enough to parse the launchers */
+typedef void *cudaStream_t;
+enum cudaError_t { cudaSuccess = 0, cudaErrorInvalidValue = 1 };
+enum cudaDeviceAttr { cudaDevAttrComputeCapabilityMajor, cudaDevAttrComputeCapabilityMinor,
+		      cudaDevAttrMaxSharedMemoryPerBlockOptin };
+enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize };
+enum cudaLaunchAttributeID { cudaLaunchAttributeProgrammaticStreamSerialization };
+struct cudaLaunchAttributeValue { int programmaticStreamSerializationAllowed; };
+struct cudaLaunchAttribute { cudaLaunchAttributeID id; cudaLaunchAttributeValue val; };
+struct cudaLaunchConfig_t { dim3 gridDim, blockDim; size_t dynamicSmemBytes; cudaStream_t stream;
+			    cudaLaunchAttribute *attrs; unsigned numAttrs; };
+struct cudaDeviceProp { char name[256]; int multiProcessorCount, l2CacheSize; };
+inline cudaError_t cudaGetDevice(int *d) { *d = 0; return cudaSuccess; }
+inline cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr, int) { *v = 0; return cudaSuccess; }
+template <class K> inline cudaError_t cudaFuncSetAttribute(K, cudaFuncAttribute, int) { return cudaSuccess; }
+template <class K, class... A> inline cudaError_t cudaLaunchKernelEx(const cudaLaunchConfig_t *, K, A...) { return cudaSuccess; }
+inline cudaError_t cudaGetLastError() { return cudaSuccess; }
+inline const char *cudaGetErrorString(cudaError_t) { return "emu"; }

@@ -1,0 +1,1 @@
+#include "../emu_cuda.h"
