@@ -25,6 +25,8 @@ struct uint4 { unsigned x, y, z, w; };
 struct uint2 { unsigned x, y; };
 inline float2 make_float2(float a, float b) { return float2{ a, b }; }
 inline float4 make_float4(float a, float b, float c, float d) { return float4{ a, b, c, d }; }
+inline uint2 make_uint2(unsigned a, unsigned b) { return uint2{ a, b }; }
+inline uint4 make_uint4(unsigned a, unsigned b, unsigned c, unsigned d) { return uint4{ a, b, c, d }; }
 
 struct __half { uint16_t x_; };
 struct __half2 { __half x, y; };
@@ -38,7 +40,27 @@ inline unsigned __float_as_uint(float f) { unsigned i; memcpy(&i, &f, 4); return
 inline float __uint_as_float(unsigned i) { float f; memcpy(&f, &i, 4); return f; }
 inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
 inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fsub_rn(float a, float b) { return a - b; }
+/* byte n of the result: byte s[4n..4n+2] of the 8 bytes y:x (x the low) */
+inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s)
+{
+	const uint64_t v = (uint64_t)y << 32 | x;
+	unsigned r = 0;
+	for (int n = 0; n < 4; n++)
+		r |= (unsigned)((v >> (8 * ((s >> (4 * n)) & 7))) & 0xff) << (8 * n);
+	return r;
+}
 template <class T> inline T __ldg(const T *p) { return *p; }
+template <class T> inline T __ldcs(const T *p) { return *p; }
+/* per-byte a - b, modulo 256 */
+inline unsigned __vsub4(unsigned a, unsigned b)
+{
+	unsigned r = 0;
+	for (int i = 0; i < 4; i++)
+		r |= ((a >> 8 * i) - (b >> 8 * i) & 0xffu) << 8 * i;
+	return r;
+}
 inline int min(int a, int b) { return a < b ? a : b; }
 inline int max(int a, int b) { return a > b ? a : b; }
 
@@ -50,6 +72,7 @@ extern dim3 gridDim, blockDim;
 uint3 emu_tid();
 #define threadIdx (emu_tid())
 void __syncthreads();
+void __syncwarp(unsigned mask = 0xffffffffu);
 float __shfl_xor_sync(unsigned mask, float v, int m);
 int __shfl_xor_sync(unsigned mask, int v, int m);
 float __shfl_sync(unsigned mask, float v, int src);
