@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# tool_emu_gemm.sh - the prefill's tensor-core gemm core (kernels/gemm_mma.cuh)
+# run on the CPU by bench/emu's emulator: x4k_gemm's tile kernel
+# (gemm_mma_kernel) on IQ4_NL and BF16 weights and the routed experts' tiles
+# (moe_gu_mma, moe_down_mma) on IQ4_NL and Q8_0, their text copied out of
+# kernels/*.cu by prep.py and compiled with g++, a fiber a thread, ldmatrix,
+# mma.sync m16n8k16 (BF16) and fma.rn.bf16x2 as the PTX ISA defines them,
+# cp.async landing at issue or as late as its wait allows (and only inside
+# the buffers the driver allocated), the warps in order or at random.  It
+# checks their indexing, decoding and pipeline where there is no GPU (CI):
+# every output against a float64 reference from the same bytes
+# (x4b_decode_row) at the kernel tests' rule (1e-5 of the sum of |terms|),
+# and the same bits under a random schedule with late copies.  Its MMA sums
+# exactly (the hardware truncates), so its figures are not the GPU's bits;
+# build/tests/gpu_kern is the test of those.  Prints the emulator's PASS/FAIL
+# lines.
+set -u
+cd "$(dirname "$0")/.." || exit 2
+lib=build/libx4.a
+[ -f "$lib" ] || { echo "FAIL emu_gemm.build: $lib is missing (run make first)"; exit 1; }
+cuda=$(dirname "$(command -v nvcc 2>/dev/null || echo /usr/local/cuda/bin/nvcc)")/../lib64
+if ! ls "$cuda"/libcudart.so* >/dev/null 2>&1; then
+	echo "SKIP emu_gemm: no CUDA runtime to link the library against ($cuda)"
+	exit 0
+fi
+T=$(mktemp -d "${TMPDIR:-/tmp}/x4-emu.XXXXXX") || exit 2
+trap 'rm -rf "$T"' EXIT
+python3 bench/emu/prep.py kernels "$T/kern" >"$T/prep.log" 2>&1 ||
+	{ echo "FAIL emu_gemm.prep: $(tail -n 3 "$T/prep.log")"; exit 1; }
+g++ -O2 -std=c++17 -D_GNU_SOURCE -DX4_HAVE_CUDA -D__CUDACC__ -D__CUDA_ARCH__=800 \
+	-Ibench/emu/fake -I"$T/kern" -Ilib -w bench/emu/emu_gemm.cc -o "$T/emu_gemm" "$lib" \
+	-lpthread -lm -L"$cuda" -lcudart -Wl,-rpath,"$cuda" >"$T/build.log" 2>&1 ||
+	{ echo "FAIL emu_gemm.build: $(grep -m 3 error "$T/build.log")"; exit 1; }
+echo "PASS emu_gemm.build (the gemm core and its kernels compile for the emulator)"
+"$T/emu_gemm" 2>"$T/err"; rc=$?
+[ $rc -eq 0 ] || echo "FAIL emu_gemm.run: exit $rc $(tail -n 2 "$T/err")"
+exit $rc
