@@ -27,9 +27,10 @@ T=$(mktemp -d "${TMPDIR:-/tmp}/x4-emu.XXXXXX") || exit 2
 trap 'rm -rf "$T"' EXIT
 python3 bench/emu/prep.py kernels "$T/kern" >"$T/prep.log" 2>&1 ||
 	{ echo "FAIL emu_gemm.prep: $(tail -n 3 "$T/prep.log")"; exit 1; }
+# LDFLAGS: the library's own link flags (make asan's sanitizers, which its objects call)
 g++ -O2 -std=c++17 -D_GNU_SOURCE -DX4_HAVE_CUDA -D__CUDACC__ -D__CUDA_ARCH__=800 \
 	-Ibench/emu/fake -I"$T/kern" -Ilib -w bench/emu/emu_gemm.cc -o "$T/emu_gemm" "$lib" \
-	-lpthread -lm -L"$cuda" -lcudart -Wl,-rpath,"$cuda" >"$T/build.log" 2>&1 ||
+	-lpthread -lm -L"$cuda" -lcudart -Wl,-rpath,"$cuda" ${LDFLAGS:-} >"$T/build.log" 2>&1 ||
 	{ echo "FAIL emu_gemm.build: $(grep -m 3 error "$T/build.log")"; exit 1; }
 echo "PASS emu_gemm.build (the gemm core and its kernels compile for the emulator)"
 "$T/emu_gemm" 2>"$T/err"; rc=$?

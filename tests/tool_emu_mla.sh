@@ -24,10 +24,11 @@ T=$(mktemp -d "${TMPDIR:-/tmp}/x4-emu.XXXXXX") || exit 2
 trap 'rm -rf "$T"' EXIT
 python3 bench/emu/prep.py kernels "$T/kern" >"$T/prep.log" 2>&1 ||
 	{ echo "FAIL emu_mla.prep: $(tail -n 3 "$T/prep.log")"; exit 1; }
+# LDFLAGS: the library's own link flags (make asan's sanitizers, which its objects call)
 for nst in 2 3; do
 	g++ -O2 -std=c++17 -D_GNU_SOURCE -DX4_HAVE_CUDA -D__CUDA_ARCH__=800 -DNST=$nst \
 		-Ibench/emu/fake -I"$T/kern" -Ilib -w bench/emu/emu.cc -o "$T/emu$nst" "$lib" \
-		-lpthread -lm -L"$cuda" -lcudart -Wl,-rpath,"$cuda" >"$T/build$nst.log" 2>&1 ||
+		-lpthread -lm -L"$cuda" -lcudart -Wl,-rpath,"$cuda" ${LDFLAGS:-} >"$T/build$nst.log" 2>&1 ||
 		{ echo "FAIL emu_mla.build_nst$nst: $(grep -m 3 error "$T/build$nst.log")"; exit 1; }
 done
 echo "PASS emu_mla.build (the kernel headers compile for the emulator)"
