@@ -15,23 +15,9 @@
 # build/tests/gpu_kern is the test of those.  Prints the emulator's PASS/FAIL
 # lines.
 set -u
-cd "$(dirname "$0")/.." || exit 2
-lib=build/libx4.a
-[ -f "$lib" ] || { echo "FAIL emu_gemm.build: $lib is missing (run make first)"; exit 1; }
-cuda=$(dirname "$(command -v nvcc 2>/dev/null || echo /usr/local/cuda/bin/nvcc)")/../lib64
-if ! ls "$cuda"/libcudart.so* >/dev/null 2>&1; then
-	echo "SKIP emu_gemm: no CUDA runtime to link the library against ($cuda)"
-	exit 0
-fi
-T=$(mktemp -d "${TMPDIR:-/tmp}/x4-emu.XXXXXX") || exit 2
-trap 'rm -rf "$T"' EXIT
-python3 bench/emu/prep.py kernels "$T/kern" >"$T/prep.log" 2>&1 ||
-	{ echo "FAIL emu_gemm.prep: $(tail -n 3 "$T/prep.log")"; exit 1; }
-# LDFLAGS: the library's own link flags (make asan's sanitizers, which its objects call)
-g++ -O2 -std=c++17 -D_GNU_SOURCE -DX4_HAVE_CUDA -D__CUDACC__ -D__CUDA_ARCH__=800 \
-	-Ibench/emu/fake -I"$T/kern" -Ilib -w bench/emu/emu_gemm.cc -o "$T/emu_gemm" "$lib" \
-	-lpthread -lm -L"$cuda" -lcudart -Wl,-rpath,"$cuda" ${LDFLAGS:-} >"$T/build.log" 2>&1 ||
-	{ echo "FAIL emu_gemm.build: $(grep -m 3 error "$T/build.log")"; exit 1; }
+. "$(dirname "$0")/emu_setup.sh"
+emu_setup emu_gemm
+emu_build emu_gemm.build bench/emu/emu_gemm.cc "$T/emu_gemm" -D__CUDACC__
 echo "PASS emu_gemm.build (the gemm core and its kernels compile for the emulator)"
 "$T/emu_gemm" 2>"$T/err"; rc=$?
 [ $rc -eq 0 ] || echo "FAIL emu_gemm.run: exit $rc $(tail -n 2 "$T/err")"
