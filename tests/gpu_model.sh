@@ -208,60 +208,41 @@ PY
 		"$tmp/$p.gpu1.json" "$p"
 }
 
-# $1 preset name, $2 model folder, $3 prompt, $4 fp32 or mma: --attn $4
-# against the CPU references model_checks left ($tmp/$1.f64.*,
-# $tmp/$1.f32.*).  A device below sm_80 refuses mma: one SKIP line.
-attn_checks() {
-	local p=$1 m=$2 prompt=$3 a=$4 rc
-	local common=(-m "$m" -p "$prompt" -n 64 --ignore-eos --json --attn "$a")
+# $1 preset name, $2 model folder, $3 prompt, $4 an option (attn, gemm), $5
+# its value: --$4 $5 against the CPU references model_checks left
+# ($tmp/$1.f64.*, $tmp/$1.f32.*), the same bits twice, and for attn the device
+# pick's tokens, graphed and eager.  A device below sm_80 refuses --attn mma:
+# one SKIP line.  Check names $1.$4_$5.*.
+option_checks() {
+	local p=$1 m=$2 prompt=$3 opt=$4 a=$5 rc
+	local n="$p.${opt}_$a" f="$tmp/$p.$opt.$a"
+	local common=(-m "$m" -p "$prompt" -n 64 --ignore-eos --json "--$opt" "$a")
 	for arm in 1 2; do
-		"$RUN" "${common[@]}" --device "$DEV" --dump-logits "$tmp/$p.$a$arm.npy" \
-			>"$tmp/$p.$a$arm.json" 2>"$tmp/$p.$a$arm.err"; rc=$?
-		if [ $rc -ne 0 ] && grep -q "needs sm_80 or newer" "$tmp/$p.$a$arm.err"; then
-			echo "SKIP $p.attn_$a: $(head -c 200 "$tmp/$p.$a$arm.err")"
+		"$RUN" "${common[@]}" --device "$DEV" --dump-logits "$f$arm.npy" \
+			>"$f$arm.json" 2>"$f$arm.err"; rc=$?
+		if [ $rc -ne 0 ] && grep -q "needs sm_80 or newer" "$f$arm.err"; then
+			echo "SKIP $n: $(head -c 200 "$f$arm.err")"
 			return 0
 		fi
-		check "$p.attn_${a}.exit" $((rc != 0)) "exit $rc: $(head -c 400 "$tmp/$p.$a$arm.err")"
+		check "$n.exit" $((rc != 0)) "exit $rc: $(head -c 400 "$f$arm.err")"
 		[ $rc -eq 0 ] || return 1
 	done
-	grep -q "\"attn\":\"$a\"" "$tmp/$p.${a}1.json"
-	check "$p.attn_${a}.json_says_${a}" $? "x4-run --json does not report attn $a"
-	"$PY" tests/helper_cmp_logits.py "$p.attn_${a}_vs_cpu_f64" "$tmp/$p.${a}1.npy" \
-		"$tmp/$p.${a}1.json" "$tmp/$p.f64.npy" "$tmp/$p.f64.json" "$TOL_F64"
-	"$PY" tests/helper_cmp_logits.py "$p.attn_${a}_vs_cpu_f32" "$tmp/$p.${a}1.npy" \
-		"$tmp/$p.${a}1.json" "$tmp/$p.f32.npy" "$tmp/$p.f32.json" "$TOL_F32"
-	cmp -s "$tmp/$p.${a}1.npy" "$tmp/$p.${a}2.npy"
-	check "$p.attn_${a}.repeat_bit_identical" $? "two runs with --attn $a wrote different logits"
+	grep -q "\"$opt\":\"$a\"" "$f"1.json
+	check "$n.json_says_$a" $? "x4-run --json does not report $opt $a"
+	"$PY" tests/helper_cmp_logits.py "${n}_vs_cpu_f64" "$f"1.npy "$f"1.json \
+		"$tmp/$p.f64.npy" "$tmp/$p.f64.json" "$TOL_F64"
+	"$PY" tests/helper_cmp_logits.py "${n}_vs_cpu_f32" "$f"1.npy "$f"1.json \
+		"$tmp/$p.f32.npy" "$tmp/$p.f32.json" "$TOL_F32"
+	cmp -s "$f"1.npy "$f"2.npy
+	check "$n.repeat_bit_identical" $? "two runs with --$opt $a wrote different logits"
+	[ "$opt" = attn ] || return 0
 	# the device pick, graphed and eager: the logits path's tokens
-	"$RUN" "${common[@]}" --device "$DEV" >"$tmp/$p.${a}_pick.json" 2>/dev/null
-	"$RUN" "${common[@]}" --device "$DEV" --graph off >"$tmp/$p.${a}_eager.json" 2>/dev/null
+	"$RUN" "${common[@]}" --device "$DEV" >"$f.pick.json" 2>/dev/null
+	"$RUN" "${common[@]}" --device "$DEV" --graph off >"$f.eager.json" 2>/dev/null
 	"$PY" -c 'import json,sys; t=[json.load(open(f))["tokens"] for f in sys.argv[1:]]; sys.exit(0 if t[0]==t[1]==t[2] and len(t[0])==64 else 1)' \
-		"$tmp/$p.${a}1.json" "$tmp/$p.${a}_pick.json" "$tmp/$p.${a}_eager.json"
-	check "$p.attn_${a}.pick_graph_eager_same_tokens" $? \
-		"--attn $a: the device pick (graphed, eager) and the logits path gave other tokens"
-}
-
-# $1 preset name, $2 model folder, $3 prompt: --gemm fma (the prefill's
-# products on the FMA core everywhere; the default, the tensor cores on
-# sm_80 and later, docs/numerics.md 1.10, is model_checks') against the CPU
-# references model_checks left, and the same bits twice.
-gemm_fma_checks() {
-	local p=$1 m=$2 prompt=$3 rc
-	local common=(-m "$m" -p "$prompt" -n 64 --ignore-eos --json --gemm fma)
-	for arm in 1 2; do
-		"$RUN" "${common[@]}" --device "$DEV" --dump-logits "$tmp/$p.fma$arm.npy" \
-			>"$tmp/$p.fma$arm.json" 2>"$tmp/$p.fma$arm.err"; rc=$?
-		check "$p.gemm_fma.exit" $((rc != 0)) "exit $rc: $(head -c 400 "$tmp/$p.fma$arm.err")"
-		[ $rc -eq 0 ] || return 1
-	done
-	grep -q '"gemm":"fma"' "$tmp/$p.fma1.json"
-	check "$p.gemm_fma.json_says_fma" $? "x4-run --json does not report gemm fma"
-	"$PY" tests/helper_cmp_logits.py "$p.gemm_fma_vs_cpu_f64" "$tmp/$p.fma1.npy" \
-		"$tmp/$p.fma1.json" "$tmp/$p.f64.npy" "$tmp/$p.f64.json" "$TOL_F64"
-	"$PY" tests/helper_cmp_logits.py "$p.gemm_fma_vs_cpu_f32" "$tmp/$p.fma1.npy" \
-		"$tmp/$p.fma1.json" "$tmp/$p.f32.npy" "$tmp/$p.f32.json" "$TOL_F32"
-	cmp -s "$tmp/$p.fma1.npy" "$tmp/$p.fma2.npy"
-	check "$p.gemm_fma.repeat_bit_identical" $? "two runs with --gemm fma wrote different logits"
+		"$f"1.json "$f.pick.json" "$f.eager.json"
+	check "$n.pick_graph_eager_same_tokens" $? \
+		"--$opt $a: the device pick (graphed, eager) and the logits path gave other tokens"
 }
 
 # $1 name, $2 model folder: the walk's table on the GPU against the CPU's.
@@ -364,7 +345,7 @@ EOF
 
 t0=$SECONDS
 synth tiny --preset tiny --seed 1 && model_checks tiny "$tmp/tiny" "$long"
-[ -s "$tmp/tiny.f32.npy" ] && [ -s "$tmp/tiny.f64.npy" ] && gemm_fma_checks tiny "$tmp/tiny" "$long"
+[ -s "$tmp/tiny.f32.npy" ] && [ -s "$tmp/tiny.f64.npy" ] && option_checks tiny "$tmp/tiny" "$long" gemm fma
 synth loud --preset tiny --seed 1 --loud 2:0:60 && walk_checks loud "$tmp/loud"
 # The second expert format: the routed experts as Q8_0 (kernels/moe_experts.cu's
 # other instantiation), against the CPU trunks as above.
@@ -451,15 +432,15 @@ fi
 rm -rf "$tmp/tiny" "$tmp/loud"
 synth small --preset small --seed 1 && model_checks small "$tmp/small" "$short"
 if [ -s "$tmp/small.f32.npy" ] && [ -s "$tmp/small.f64.npy" ]; then
-	attn_checks small "$tmp/small" "$short" fp32
-	attn_checks small "$tmp/small" "$short" mma
+	option_checks small "$tmp/small" "$short" attn fp32
+	option_checks small "$tmp/small" "$short" attn mma
 	# the default (auto) takes the tensor-core attention on sm_80 and later
-	if grep -q '"attn":"mma"' "$tmp/small.mma1.json" 2>/dev/null; then
+	if grep -q '"attn":"mma"' "$tmp/small.attn.mma1.json" 2>/dev/null; then
 		grep -q '"attn":"mma"' "$tmp/small.pick.json"
 		check small.attn_auto_is_mma $? "the default run reports $(grep -o '"attn":"[a-z0-9]*"' "$tmp/small.pick.json")"
 	fi
 fi
-[ -s "$tmp/small.f32.npy" ] && [ -s "$tmp/small.f64.npy" ] && gemm_fma_checks small "$tmp/small" "$short"
+[ -s "$tmp/small.f32.npy" ] && [ -s "$tmp/small.f64.npy" ] && option_checks small "$tmp/small" "$short" gemm fma
 # A short context makes the prefill chunk short (16 here), and a 4-token
 # prompt then runs the split gate (up to 8 tokens, D 3584) in the workspace
 # sized for the chunk: it must fit, and give the default context's tokens.
