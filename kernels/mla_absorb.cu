@@ -1,11 +1,17 @@
 /*
  * mla_absorb.cu - the two per-head BF16 products around the absorbed
  * attention (docs/forward.md 6.4): q-tilde[h] = W_kb[h] q_nope[h] (512 x 128 a head) and
- * o[h] = W_vb[h] o-bar[h] (128 x 512 a head).  One kernel for both: a warp a
- * weight row, the row held in registers while the warp walks the tokens, so
- * a prefill chunk reads each weight once; fp32 sums.
+ * o[h] = W_vb[h] o-bar[h] (128 x 512 a head), on two cores:
+ *   - a prefill chunk of at least MMA_MIN_TOK tokens, on sm_80 and later
+ *     (x4m::enabled: the --gemm switch of the other prefill products) and
+ *     where the shape allows: the tensor-core tile of gemm_mma.cuh, one
+ *     head's 128 weight rows x 64 tokens a block, fp32-accurate products
+ *     (docs/numerics.md 1.10);
+ *   - everywhere else (the decode step's one token): a warp a weight row,
+ *     the row held in registers while the warp walks the tokens; fp32 sums.
  */
 #include "core_dev.cuh"
+#include "gemm_mma.cuh"
 #include "pdl.cuh"
 
 namespace {
@@ -18,6 +24,21 @@ struct rope_job {
 	const int *pos;
 	int half, in_off, out_off;
 };
+
+/* The rope job's pairs for tokens [t0, t0 + nt) of vector b, by the block's
+ * threads (rope_kernel's arithmetic, pair by pair). */
+__device__ __forceinline__ void rope_part(const rope_job &rj, int t0, int nt, int b, const float *x,
+					  long x_tok, int x_b, float *y, long y_tok, int y_b)
+{
+	for (int i = threadIdx.x; i < nt * rj.half; i += blockDim.x) {
+		const int t = t0 + i / rj.half, j = i % rj.half;
+		const float *z = x + t * x_tok + (long)b * x_b + rj.in_off;
+		float *o = y + t * y_tok + (long)b * y_b + rj.out_off;
+		float2 q = x4c::rope_pair(z[2 * j], z[2 * j + 1], *rj.pos + t, rj.omega[j]);
+		o[2 * j] = q.x;
+		o[2 * j + 1] = q.y;
+	}
+}
 
 /* y[t][b][r] = sum_k W[b][r][k] x[t][b][k], k <= 64 * NP and even; with a
  * rope job, the grid's last column of blocks does it for vector b. */
@@ -37,15 +58,8 @@ bmv_kernel(int rows, int k, const uint16_t *__restrict__ W, int n_tok, const flo
 	}
 	x4p::trigger();
 	x4p::wait(); /* every thread, before its row check returns (pdl.cuh) */
-	if (rj.omega && blockIdx.x == gridDim.x - 1) { /* as rope_kernel, pair by pair */
-		for (int i = threadIdx.x; i < n_tok * rj.half; i += blockDim.x) {
-			const int t = i / rj.half, j = i % rj.half;
-			const float *z = x + t * x_tok + (long)b * x_b + rj.in_off;
-			float *o = y + t * y_tok + (long)b * y_b + rj.out_off;
-			float2 q = x4c::rope_pair(z[2 * j], z[2 * j + 1], *rj.pos + t, rj.omega[j]);
-			o[2 * j] = q.x;
-			o[2 * j + 1] = q.y;
-		}
+	if (rj.omega && blockIdx.x == gridDim.x - 1) {
+		rope_part(rj, 0, n_tok, b, x, x_tok, x_b, y, y_tok, y_b);
 		return;
 	}
 	if (r >= rows)
@@ -90,15 +104,8 @@ bmv16_kernel(int rows, int k, int lpr, const uint16_t *__restrict__ W, int n_tok
 		wq[j] = __ldg(w + l + lpr * j);
 	x4p::trigger();
 	x4p::wait(); /* every thread, before its row check returns (pdl.cuh) */
-	if (rj.omega && blockIdx.x == gridDim.x - 1) { /* as rope_kernel, pair by pair */
-		for (int i = threadIdx.x; i < n_tok * rj.half; i += blockDim.x) {
-			const int t = i / rj.half, j = i % rj.half;
-			const float *z = x + t * x_tok + (long)b * x_b + rj.in_off;
-			float *o = y + t * y_tok + (long)b * y_b + rj.out_off;
-			float2 q = x4c::rope_pair(z[2 * j], z[2 * j + 1], *rj.pos + t, rj.omega[j]);
-			o[2 * j] = q.x;
-			o[2 * j + 1] = q.y;
-		}
+	if (rj.omega && blockIdx.x == gridDim.x - 1) {
+		rope_part(rj, 0, n_tok, b, x, x_tok, x_b, y, y_tok, y_b);
 		return;
 	}
 	for (int t = 0; t < n_tok; t++) {
@@ -126,10 +133,79 @@ bmv16_kernel(int rows, int k, int lpr, const uint16_t *__restrict__ W, int n_tok
 	}
 }
 
+/* The chunks that take the tensor cores: below this many tokens a tile of
+ * 64 would be mostly padding (bench/RESULTS.md 27 prices the crossover). */
+constexpr int MMA_MIN_TOK = 16;
+
+/* The tensor-core form of bmv: block x = vector b's row tile (rt of
+ * row_tiles, 128 rows each) or, with a rope job, its rope (rt ==
+ * row_tiles), block y the 64 tokens' tile.  The weights of vector b are a
+ * rows x k BF16 matrix; x's rows are the token pointers (x + t x_tok + b
+ * x_b). */
+__global__ void __launch_bounds__(x4m::THREADS, 2)
+bmm_kernel(int rows, int k, int row_tiles, const uint16_t *__restrict__ W, int n_tok,
+	   const float *__restrict__ x, long x_tok, int x_b, float *__restrict__ y, long y_tok,
+	   int y_b, rope_job rj)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+	using F = x4m::mma_fmt<X4_T_BF16>;
+	extern __shared__ __align__(16) uint8_t mma_smem[];
+	const int per = row_tiles + (rj.omega ? 1 : 0);
+	const int b = blockIdx.x / per, rt = blockIdx.x % per;
+	const int t0 = blockIdx.y * x4m::TOKS, nt = min(n_tok - t0, x4m::TOKS);
+	if (rt == row_tiles) {
+		rope_part(rj, t0, nt, b, x, x_tok, x_b, y, y_tok, y_b);
+		return;
+	}
+	const float **xrow = reinterpret_cast<const float **>(mma_smem + F::SMEM - x4m::TOKS * 8);
+	if (threadIdx.x < x4m::TOKS) /* read after mma_tile's first barrier */
+		xrow[threadIdx.x] = x + (size_t)(t0 + min((int)threadIdx.x, nt - 1)) * x_tok + (size_t)b * x_b;
+	const size_t rb = 2 * (size_t)k;
+	const uint8_t *w = reinterpret_cast<const uint8_t *>(W) + (size_t)b * rows * rb;
+	const int n0 = rt * x4m::ROWS;
+	const x4m::mma_rows R = { { w, w }, { w + (size_t)rows * rb, w + (size_t)rows * rb }, rows, n0, rb };
+	float acc[2][4][4];
+	x4m::mma_tile<X4_T_BF16, 1>(mma_smem, R, xrow, k, acc);
+	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+	const int wm = warp & 3, wn = warp >> 2, g = lane >> 2, c = lane & 3;
+	float *yb = y + (size_t)b * y_b;
+#pragma unroll
+	for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+		for (int j = 0; j < 4; j++)
+#pragma unroll
+			for (int r = 0; r < 4; r++) {
+				const int row = n0 + x4m::tile_row<1>(wm, mt, g, r >> 1);
+				const int t = 32 * wn + 8 * j + 2 * c + (r & 1);
+				if (row < rows && t < nt)
+					yb[(size_t)(t0 + t) * y_tok + row] = acc[mt][j][r];
+			}
+#endif
+}
+
+/* The tensor-core launch, where the chunk, the shape and the device take
+ * it; false: nothing launched. */
+bool bmm(int batch, int rows, int k, const uint16_t *W, int n_tok, const float *x, long x_tok,
+	 int x_b, float *y, long y_tok, int y_b, cudaStream_t s, const rope_job &rj)
+{
+	constexpr int smem = x4m::mma_fmt<X4_T_BF16>::SMEM;
+	const int row_tiles = (rows + x4m::ROWS - 1) / x4m::ROWS;
+	const long gx = (long)batch * (row_tiles + (rj.omega ? 1 : 0));
+	const int gy = (n_tok + x4m::TOKS - 1) / x4m::TOKS;
+	if (n_tok < MMA_MIN_TOK || !x4m::mma_shape(k, W, x) || x_tok % 4 || x_b % 4 || gx > 0x7fffffffL ||
+	    gy > 65535 || !x4m::enabled() || !x4m::kernel_ready<bmm_kernel>(smem))
+		return false;
+	bmm_kernel<<<dim3((unsigned)gx, (unsigned)gy), x4m::THREADS, smem, s>>>(
+		rows, k, row_tiles, W, n_tok, x, x_tok, x_b, y, y_tok, y_b, rj);
+	return true;
+}
+
 int bmv(int batch, int rows, int k, const uint16_t *W, int n_tok, const float *x, long x_tok,
 	int x_b, float *y, long y_tok, int y_b, cudaStream_t s, const char *who, x4_err *e,
 	rope_job rj = rope_job{ nullptr, nullptr, 0, 0, 0 })
 {
+	if (bmm(batch, rows, k, W, n_tok, x, x_tok, x_b, y, y_tok, y_b, s, rj))
+		return x4_cuda_launched(who, e);
 	const int C = k / 8;
 	if (k % 8 == 0 && C >= 1 && C <= 128 && !(C & (C - 1)) && !((uintptr_t)W & 15) &&
 	    !((uintptr_t)x & 15) && x_tok % 4 == 0 && x_b % 4 == 0) {

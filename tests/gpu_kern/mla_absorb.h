@@ -1,7 +1,10 @@
 /*
  * mla_absorb.h - kernels/mla_absorb.cu (x4k_mla_absorb_q, x4k_mla_absorb_q_rope,
  * x4k_mla_expand_v: the per-head products around the absorbed attention)
- * against x4r_mla_absorb_q and x4r_mla_expand_v (lib/ref/ref_attn.c).
+ * against x4r_mla_absorb_q and x4r_mla_expand_v (lib/ref/ref_attn.c), on
+ * both of their cores: chunks of 16 tokens and more take the tensor-core
+ * tile (x4k_gemm_mma_set(1), sm_80 and later), the rest and every chunk
+ * with x4k_gemm_mma_set(0) the FMA kernels.
  */
 
 static void absorb_case(int n_tok, int n_head, int kv_lora, int d_nope, int d_rope, int d_v,
@@ -86,8 +89,20 @@ static void absorb_case(int n_tok, int n_head, int kv_lora, int d_nope, int d_ro
 
 static void test_absorb(void)
 {
+	const int was = x4k_gemm_mma_get();
 	absorb_case(3, 3, 40, 10, 8, 6, 81);
 	absorb_case(3, 3, 64, 16, 8, 6, 84); /* the 16-byte path: 2 and 8 lanes a row, 6 rows */
 	absorb_case(1, full.n_head, full.kv_lora, full.d_nope, full.d_rope, full.d_v, 82);
+	absorb_case(15, full.n_head, full.kv_lora, full.d_nope, full.d_rope, full.d_v, 85);
+	/* the tensor-core tile: its smallest chunk, partial row and token tiles
+	 * (160 and 40 rows, 77 tokens), the model's shapes up to the largest
+	 * chunk (X4_MEM_MAX_CHUNK) */
+	absorb_case(16, full.n_head, full.kv_lora, full.d_nope, full.d_rope, full.d_v, 86);
+	absorb_case(77, 3, 160, 32, 8, 40, 87);
 	absorb_case(64, full.n_head, full.kv_lora, full.d_nope, full.d_rope, full.d_v, 83);
+	absorb_case(X4_MEM_MAX_CHUNK, full.n_head, full.kv_lora, full.d_nope, full.d_rope, full.d_v, 88);
+	x4k_gemm_mma_set(0); /* the FMA kernels at chunks the tile would take */
+	absorb_case(77, 3, 160, 32, 8, 40, 89);
+	absorb_case(64, full.n_head, full.kv_lora, full.d_nope, full.d_rope, full.d_v, 90);
+	x4k_gemm_mma_set(was);
 }
