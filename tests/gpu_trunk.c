@@ -14,6 +14,9 @@
  *     the fused kernel;
  *   - the load statistics are filled;
  *   - programmatic dependent launch on gives the same tokens and bits;
+ *   - the decode step's graph, captured while the prompt's last chunk runs,
+ *     gives the eager steps' tokens, and is captured again for other
+ *     sampler options;
  *   - cache rows read and restored into another trunk (the prefix store,
  *     lib/run/prefix.c): the continuation gives the saved trunk's logits bit
  *     for bit, a fresh whole prefill's within the fp32-paths bound, and
@@ -238,6 +241,33 @@ static void pdl_same_bits(const x4_model *m, const int32_t *a, int V)
 	free(l1);
 }
 
+/* The decode graph that the prefill captures (trunk_cuda_fwd.c's run): 8
+ * sampled steps, then after a reset 8 greedy ones (other sampler options:
+ * captured again), against a trunk that runs every step eagerly. */
+static void graph_from_prefill(const x4_model *m, const int32_t *a)
+{
+	x4_trunk_opts o;
+	x4_trunk_opts_default(&o);
+	o.no_graph = true;
+	x4_trunk *tg = mk(m, 0, 0, 0), *te = NULL;
+	if (x4_trunk_create(&te, m, &o, &err))
+		te = NULL;
+	const x4_sampler_opts samp = { 0.8f, 40, 0.95f, 7 }, greedy = { 0.0f, 0, 1.0f, 1 };
+	int32_t g0[9], e0[9], g1[9], e1[9];
+	bool ok = decode(tg, a, N_A, &samp, 8, g0) && decode(te, a, N_A, &samp, 8, e0);
+	if (ok) {
+		x4_trunk_reset(tg);
+		x4_trunk_reset(te);
+		ok = decode(tg, a, N_A, &greedy, 8, g1) && decode(te, a, N_A, &greedy, 8, e1);
+	}
+	T_OK(ok && !memcmp(g0, e0, sizeof g0) && !memcmp(g1, e1, sizeof g1),
+	     "gpu_trunk.graph_captured_in_prefill", "%s; sampled tokens %s, greedy %s",
+	     ok ? "ok" : err.msg, ok && !memcmp(g0, e0, sizeof g0) ? "equal" : "differ",
+	     ok && !memcmp(g1, e1, sizeof g1) ? "equal" : "differ");
+	x4_trunk_free(tg);
+	x4_trunk_free(te);
+}
+
 /* The prefix store's copies on the GPU: rows of A's first K positions read
  * from one trunk and restored into another that ran something else first. */
 static void cache_restore(const x4_model *m, const int32_t *a, const int32_t *b, int V,
@@ -420,6 +450,7 @@ int main(int argc, char **argv)
 
 	parity_by_sublayer(m, a);
 	pdl_same_bits(m, a, V);
+	graph_from_prefill(m, a);
 
 	free(l1);
 	free(l2);

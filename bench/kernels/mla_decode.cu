@@ -11,6 +11,11 @@
  * mma (double-buffered: x4k_mla_decode_mma, what `--attn mma` runs) and
  * mma4 (four stages, the same template), L2 flushed between repetitions.
  * Bytes: the cache rows attended (the queries, 74 KB, not counted).
+ * Then, for each shape with more than one split, the combine alone on the
+ * partials the library's attention left (mla_combine: old the combine of
+ * fd09ed0, old/mla_comb_fd0.cuh; new the library's), which must give the
+ * same bits (`# combine check`; exit 1 if not); its bytes are the partials
+ * read and ob written.
  *
  * Data: cache values N(0, 1) in fp16, queries N(0, 1.2^2) (scores of
  * standard deviation ~2) and, for the shapes marked peaked, N(0, 12^2)
@@ -27,6 +32,7 @@
 #include "lab.h"
 #include "x4_kern.h"
 #include "old/mla_317.cuh"
+#include "old/mla_comb_fd0.cuh"
 #include "mla_mma.cuh"
 
 typedef int (*mma_fn)(int, int, int, const float *, const uint16_t *, int, const int *, float,
@@ -91,6 +97,28 @@ int main(int argc, char **argv)
 		LAB_CK(cudaStreamSynchronize(L.s));
 		LAB_CK(cudaGetLastError());
 		LAB_CK(cudaMemcpy(h_ref.data(), ob, nob * 4, cudaMemcpyDeviceToHost));
+		const int nsplit = x4k_mla_nsplit(rows);
+		int span, nsp;
+		x4c::mla_span(ctx, nsplit, &span, &nsp);
+		if (nsp > 1) { /* the combine alone, on the partials lib() left in ws_new */
+			const x4c::mla_params cp = x4c::mla_decode_params(q, cache, pos, ob_mma, ws_new, n_head,
+									   kv_lora, cw, rows, kq_scale, nsplit);
+			const double cb = (double)nsp * n_head * (kv_lora + 2) * 4 + (double)nob * 4;
+			lab_row(&L, "mla_combine", "old", nm, cb, lab_time_us(&L, [&] {
+					comb_fd0::combine(cp, nsplit, L.s);
+				}));
+			LAB_CK(cudaMemcpy(h_mma.data(), ob_mma, nob * 4, cudaMemcpyDeviceToHost));
+			lab_row(&L, "mla_combine", "new", nm, cb, lab_time_us(&L, [&] {
+					LAB_X4(x4c::mla_combine_launch(cp, nsplit, L.s, "combine", &e), e);
+				}));
+			LAB_CK(cudaMemcpy(h_again.data(), ob_mma, nob * 4, cudaMemcpyDeviceToHost));
+			const bool same = !memcmp(h_again.data(), h_mma.data(), nob * 4) &&
+					  !memcmp(h_again.data(), h_ref.data(), nob * 4);
+			fprintf(stderr, "# combine check %s (%d splits): old, new and the library's call give "
+				"the same bits: %s\n", nm, nsp, same ? "yes" : "NO  <- FAIL");
+			if (!same)
+				fail = true;
+		}
 		for (int v = 0; v < 2; v++) {
 			if (mma_skip[v])
 				continue;

@@ -417,41 +417,57 @@ static int enqueue_step(x4_trunk_cuda *t, const x4_sampler_opts *so, int32_t *pi
 	return rc;
 }
 
-/* A decode step replayed from a graph captured on first use
- * (docs/record.md 6: the step's launches, not its bytes, were the cost).  Returns
- * 1 when the graph cannot serve (the caller runs the step eagerly). */
+/* The decode step's graph can serve this trunk (else its steps run eagerly:
+ * the same arithmetic). */
+static bool graph_usable(const x4_trunk_cuda *t)
+{
+	return !(t->o.no_graph || t->graph_failed || t->probe || t->o.resid != X4_RESID_F32);
+}
+
+/* The decode step's graph for sampler options so, captured (nothing runs)
+ * unless the one held was captured for them.  Capturing is host work only:
+ * run() does it while the GPU runs a prompt's last chunk.  Returns 1 when
+ * the capture is refused (graph_failed is then set). */
+static int capture_step(x4_trunk_cuda *t, const x4_sampler_opts *so, int32_t *pick)
+{
+	if (t->step_graph && !memcmp(&t->graph_so, so, sizeof *so))
+		return 0;
+	if (t->step_graph)
+		cudaGraphExecDestroy(t->step_graph);
+	t->step_graph = NULL;
+	cudaGraph_t g = NULL;
+	cudaError_t st = cudaStreamBeginCapture(t->s, cudaStreamCaptureModeThreadLocal);
+	x4_err ce = { 0 };
+	int rc = st == cudaSuccess ? enqueue_step(t, so, pick, &ce) : 1;
+	if (st == cudaSuccess)
+		st = cudaStreamEndCapture(t->s, &g);
+	if (!rc && st == cudaSuccess)
+		st = cudaGraphInstantiate(&t->step_graph, g, 0);
+	if (!rc && st == cudaSuccess)
+		x4_prof_graph(t->prof, g); /* the trunk's count of the step's kernels */
+	if (g)
+		cudaGraphDestroy(g);
+	cudaGetLastError(); /* a refused capture is not the next launch's error */
+	if (rc || st != cudaSuccess) {
+		t->step_graph = NULL;
+		t->graph_failed = true; /* the eager step is the same arithmetic */
+		return 1;
+	}
+	t->graph_so = *so;
+	return 0;
+}
+
+/* A decode step replayed from the graph (docs/record.md 6: the step's
+ * launches, not its bytes, were the cost), captured here on first use
+ * where the prompt's prefill did not already.  Returns 1 when the graph
+ * cannot serve (the caller runs the step eagerly). */
 static int graph_step(x4_trunk_cuda *t, int32_t id, const x4_sampler_opts *so, int32_t *pick,
 		      x4_err *e)
 {
-	if (t->o.no_graph || t->graph_failed || t->probe || t->o.resid != X4_RESID_F32)
+	if (!graph_usable(t) || capture_step(t, so, pick))
 		return 1;
-	if (t->step_graph && memcmp(&t->graph_so, so, sizeof *so)) {
-		cudaGraphExecDestroy(t->step_graph);
-		t->step_graph = NULL;
-	}
 	t->ids_host[0] = id;
 	*t->pos_host = t->pos;
-	if (!t->step_graph) {
-		cudaGraph_t g = NULL;
-		X4_CUDA_TRY(cudaStreamBeginCapture(t->s, cudaStreamCaptureModeThreadLocal),
-			    "begin capturing the decode step", e);
-		x4_err ce = { 0 };
-		int rc = enqueue_step(t, so, pick, &ce);
-		cudaError_t st = cudaStreamEndCapture(t->s, &g);
-		if (!rc && st == cudaSuccess)
-			st = cudaGraphInstantiate(&t->step_graph, g, 0);
-		if (!rc && st == cudaSuccess)
-			x4_prof_graph(t->prof, g); /* the trunk's count of the step's kernels */
-		if (g)
-			cudaGraphDestroy(g);
-		cudaGetLastError(); /* a refused capture is not the next launch's error */
-		if (rc || st != cudaSuccess) {
-			t->step_graph = NULL;
-			t->graph_failed = true; /* the eager step is the same arithmetic */
-			return 1;
-		}
-		t->graph_so = *so;
-	}
 	X4_CUDA_TRY(cudaGraphLaunch(t->step_graph, t->s), "replay the decode step's graph", e);
 	X4_CUDA_TRY(cudaStreamSynchronize(t->s), "run the decode step on the GPU", e);
 	t->pos += 1;
@@ -507,6 +523,12 @@ static int run(x4_trunk_cuda *t, const int32_t *ids, int n, float *logits, bool 
 	}
 	if (!rc && pick)
 		rc = pick_next(t, pick_row, so, pick, e);
+	/* A prompt that picks its first token will decode next: its step's graph
+	 * is captured now, on the host while the GPU runs the last chunk, so that
+	 * the first decode step is a replay (not under the profiler, whose marks
+	 * would be the prefill's). */
+	if (!rc && pick && n > 1 && !t->prof && graph_usable(t))
+		(void)capture_step(t, so, pick);
 	/* Every kernel's own failure surfaces here, named. */
 	cudaError_t st = cudaStreamSynchronize(t->s);
 	if (rc)
