@@ -248,6 +248,8 @@ static void graph_from_prefill(const x4_model *m, const int32_t *a)
 {
 	x4_trunk_opts o;
 	x4_trunk_opts_default(&o);
+	o.device = 0;
+	o.hc_eager = eager;
 	o.no_graph = true;
 	x4_trunk *tg = mk(m, 0, 0, 0), *te = NULL;
 	if (x4_trunk_create(&te, m, &o, &err))

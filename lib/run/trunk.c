@@ -246,6 +246,9 @@ int x4_trunk_forward_next(x4_trunk *t, const int32_t *ids, int n, x4_sampler *sm
 			return x4_err_nonfinite_logits(e, pos);
 		return rc;
 	}
+	if (!smp)
+		return x4_err_set(e, X4_EINVAL, "x4_trunk_forward_next: a CPU trunk picks with a "
+				  "sampler (x4_sampler_create), and none was given");
 	int nv = t->cpu->c->n_vocab;
 	float *row = logits;
 	if (!row) {
