@@ -603,7 +603,7 @@ int x4_trunk_get_stats(const x4_trunk *t, x4_trunk_stats *s);
  * them.  "usable" is what x4 may hold: the card's free bytes, capped by
  * --gpu-memory (opts.mem_limit). */
 #define X4_MEM_RESERVE_BYTES ((uint64_t)256 << 20)
-#define X4_MEM_MAX_CHUNK 512    /* the automatic chunk's ceiling */
+#define X4_MEM_MAX_CHUNK 4096   /* the automatic chunk's ceiling (bench/RESULTS.md 28) */
 #define X4_MEM_NARROW_CHUNK 128 /* the narrowest chunk a load promises to fit */
 
 /* The trunk's tensors as the upload places them: every tensor the model

@@ -366,7 +366,7 @@ int main(int argc, char **argv)
 	uint64_t cache_want = (uint64_t)c->n_block * (uint64_t)st.max_ctx *
 			      (uint64_t)(c->kv_lora + c->d_rope) * 2;
 	T_OK(st.resident_bytes > 0 && st.load_s > 0 && st.cache_bytes == cache_want &&
-	     st.prefill_chunk >= 1 && st.prefill_chunk <= 512 && st.device[0],
+	     st.prefill_chunk >= 1 && st.prefill_chunk <= X4_MEM_MAX_CHUNK && st.device[0],
 	     "gpu_trunk.stats", "resident %llu, load %g s, cache %llu (want %llu), chunk %d, '%s'",
 	     (unsigned long long)st.resident_bytes, st.load_s, (unsigned long long)st.cache_bytes,
 	     (unsigned long long)cache_want, st.prefill_chunk, st.device);

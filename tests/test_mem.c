@@ -5,7 +5,7 @@
  * weights of the tiny checkpoint counted from its file, its bound model and
  * its preset's layout alike, and the solve's own promises (the promise
  * loads and one more position does not, more memory never a shorter
- * context, the chunk a power of two up to 512, the reserve the whole gap
+ * context, the chunk a power of two up to X4_MEM_MAX_CHUNK, the reserve the whole gap
  * between the promise and the edge).
  */
 #include "t.h"
@@ -117,11 +117,15 @@ int main(void)
 	T_OK(p > 0 && gap <= 0 && gap > -46080 * 2, "mem.reserve_gap", "promise %d, edge %d", p, ed);
 
 	/* The chunk: the caller's when it fits, else none; the automatic one the
-	 * largest power of two up to 512, capped by the context. */
+	 * largest power of two up to X4_MEM_MAX_CHUNK (4096) that fits, capped by
+	 * the context (about 1 MiB a chunk token at the released shape). */
 	uint64_t room = 4096 * MIB;
-	T_OK(x4_mem_chunk(&full, 8192, 300, room, X4_MEM_RESERVE_BYTES) == 300 &&
+	T_OK(X4_MEM_MAX_CHUNK == 4096 &&
+	     x4_mem_chunk(&full, 8192, 300, room, X4_MEM_RESERVE_BYTES) == 300 &&
 	     x4_mem_chunk(&full, 8192, 4096, room, X4_MEM_RESERVE_BYTES) == 0 &&
-	     x4_mem_chunk(&full, 8192, 0, room, X4_MEM_RESERVE_BYTES) == 512 &&
+	     x4_mem_chunk(&full, 8192, 0, room, X4_MEM_RESERVE_BYTES) == 2048 &&
+	     x4_mem_chunk(&full, 8192, 0, 8192 * MIB, X4_MEM_RESERVE_BYTES) == 4096 &&
+	     x4_mem_chunk(&full, 2000, 0, 8192 * MIB, X4_MEM_RESERVE_BYTES) == 2000 &&
 	     x4_mem_chunk(&full, 100, 0, room, X4_MEM_RESERVE_BYTES) == 100 &&
 	     x4_mem_chunk(&full, 8192, 0, 256 * MIB + 300 * MIB, X4_MEM_RESERVE_BYTES) == 256 &&
 	     x4_mem_chunk(&full, 8192, 0, 256 * MIB + 100 * MIB, X4_MEM_RESERVE_BYTES) == 0,

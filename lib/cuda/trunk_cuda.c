@@ -250,7 +250,7 @@ static int check_fit(x4_trunk_cuda *t, x4_err *e)
 	return 0;
 }
 
-/* The largest power of two <= 512 (or the caller's chunk) whose workspace
+/* The largest power of two <= X4_MEM_MAX_CHUNK (or the caller's chunk) whose workspace
  * fits in what the weights and the cache left (x4_mem_chunk). */
 static int pick_chunk(x4_trunk_cuda *t, x4_err *e)
 {
