@@ -33,7 +33,6 @@ extern "C" int x4k_moe_routes_init(x4k_moe_routes *r, void *ws, size_t ws_bytes,
 				  ws_bytes, ws, need);
 	size_t nr = (size_t)n_tok * k;
 	uint8_t *p = static_cast<uint8_t *>(ws);
-	r->ticket = reinterpret_cast<uint32_t *>(p), p += align256(4); /* first: the same word at every n_tok */
 	r->n_tok = n_tok;
 	r->k = k;
 	r->n_expert = n_expert;
@@ -84,29 +83,12 @@ router_logits_kernel(int d, int n_expert, const float *__restrict__ x, const flo
  * logits ran 16 blocks, a warp an expert walking its row 32 values a step.
  * x and w_r rows must be 16-byte aligned (d % 4 == 0). */
 constexpr int RL_THREADS = 256, RL_VEC = 4; /* float4 a thread a batch */
-constexpr int RL_TABLE_TOK = RL_THREADS / 32; /* the fused table's tokens: a warp each */
 
-__device__ __forceinline__ void small_table(const x4k_moe_routes &r, int lane);
-__device__ __forceinline__ void select_token(int t, int lane, int n_expert, int k,
-					     const float *__restrict__ score,
-					     const float *__restrict__ bias, float scale, bool norm,
-					     int32_t *__restrict__ sel, float *__restrict__ wts);
-
-/* TABLE: the decode step's router in one launch (n_tok <= RL_TABLE_TOK,
- * n_tok * k <= 32).  Each block's logit is written, fenced and counted
- * (r.ticket); the last block to count reads every score through L2 into
- * shared memory, selects token t on warp t (router_select_kernel's
- * select_token), builds the table on warp 0 (small_table) and zeroes the
- * ticket: the three launches' operations in the same order, so the same
- * sel, wts and table. */
-template <bool TABLE>
 __global__ void __launch_bounds__(RL_THREADS)
-router_logits_wide(int d, const float4 *__restrict__ x, const float4 *__restrict__ w_r,
-		   x4k_moe_routes r, const float *__restrict__ bias, float scale, bool norm)
+router_logits_wide(int d, int n_expert, const float4 *__restrict__ x, const float4 *__restrict__ w_r,
+		   float *__restrict__ score)
 {
 	__shared__ float red[RL_THREADS / 32];
-	const int n_expert = r.n_expert;
-	float *__restrict__ score = r.score;
 	const int ex = blockIdx.x, t = blockIdx.y, tid = threadIdx.x;
 	const int d4 = d / 4;
 	const float4 *xr = x + (size_t)t * d4, *wr = w_r + (size_t)ex * d4;
@@ -161,29 +143,6 @@ router_logits_wide(int d, const float4 *__restrict__ x, const float4 *__restrict
 		for (int w = 1; w < RL_THREADS / 32; w++)
 			v = __fadd_rn(v, red[w]);
 		score[(size_t)t * n_expert + ex] = 1.f / (1.f + expf(-v));
-	}
-	if constexpr (TABLE) {
-		__shared__ bool s_last;
-		__shared__ float ss[RL_TABLE_TOK * MAX_EXPERTS];
-		if (tid == 0) {
-			x4c::fence_acq_rel_gpu(); /* the score is visible before the count says so */
-			s_last = atomicAdd(r.ticket, 1u) == gridDim.x * gridDim.y - 1;
-		}
-		__syncthreads();
-		if (!s_last)
-			return;
-		x4c::fence_acq_rel_gpu();
-		for (int i = tid; i < r.n_tok * n_expert; i += RL_THREADS)
-			ss[i] = __ldcg(score + i); /* written by other blocks of this launch: L2 */
-		__syncthreads();
-		const int w = tid >> 5, lane = tid & 31;
-		if (w < r.n_tok)
-			select_token(w, lane, n_expert, r.k, ss, bias, scale, norm, r.sel, r.wts);
-		__syncthreads(); /* sel is visible to the block */
-		if (w == 0)
-			small_table(r, lane);
-		if (tid == 0)
-			*r.ticket = 0u; /* every block has counted: the next call starts from zero */
 	}
 }
 
@@ -354,6 +313,22 @@ __device__ __forceinline__ void small_table(const x4k_moe_routes &r, int lane)
 		r.route[base + rank] = lane;
 }
 
+/* The selection and the route table in one block, for n_tok <= ROUTER_WARPS
+ * tokens and n_tok * k <= 32 routes (the decode step): warp t selects
+ * token t, then warp 0 builds the table from the sel just written. */
+__global__ void __launch_bounds__(ROUTER_WARPS * 32)
+router_select_table_kernel(x4k_moe_routes r, const float *__restrict__ bias, float scale, bool norm)
+{
+	const int t = threadIdx.x >> 5, lane = threadIdx.x & 31;
+	x4p::trigger();
+	x4p::wait();
+	if (t < r.n_tok)
+		select_token(t, lane, r.n_expert, r.k, r.score, bias, scale, norm, r.sel, r.wts);
+	__syncthreads(); /* sel is visible to the block */
+	if (t == 0)
+		small_table(r, lane);
+}
+
 static int router(const x4k_moe_routes *r, const float *x, int d, const float *w_r,
 		  const float *bias, float scale, bool norm, bool table, bool *tabled, cudaStream_t s,
 		  x4_err *e);
@@ -385,23 +360,22 @@ static int router(const x4k_moe_routes *r, const float *x, int d, const float *w
 		return 0;
 	if (r->n_tok > 65535)
 		return x4_err_set(e, X4_EINVAL, "x4k_moe_router: %d tokens; at most 65535 a call", r->n_tok);
-	const bool wide = r->n_tok <= 64 && d % 4 == 0 && !((uintptr_t)x & 15) && !((uintptr_t)w_r & 15);
-	const float4 *x4 = reinterpret_cast<const float4 *>(x), *w4 = reinterpret_cast<const float4 *>(w_r);
-	if (wide && table && r->n_tok <= RL_TABLE_TOK && r->n_tok * r->k <= 32) {
-		x4p::launch(router_logits_wide<true>, dim3(r->n_expert, r->n_tok), dim3(RL_THREADS), 0, s, d,
-			    x4, w4, *r, bias, scale, norm);
-		*tabled = true;
-		return x4_cuda_launched("x4k_moe_router: logits, select and table launch", e);
-	}
-	if (wide) {
-		x4p::launch(router_logits_wide<false>, dim3(r->n_expert, r->n_tok), dim3(RL_THREADS), 0, s, d,
-			    x4, w4, *r, bias, scale, norm);
+	if (r->n_tok <= 64 && d % 4 == 0 && !((uintptr_t)x & 15) && !((uintptr_t)w_r & 15)) {
+		x4p::launch(router_logits_wide, dim3(r->n_expert, r->n_tok), dim3(RL_THREADS), 0, s, d,
+			    r->n_expert, reinterpret_cast<const float4 *>(x),
+			    reinterpret_cast<const float4 *>(w_r), r->score);
 	} else {
 		dim3 grid((r->n_expert + ROUTER_WARPS - 1) / ROUTER_WARPS, r->n_tok);
 		router_logits_kernel<<<grid, ROUTER_WARPS * 32, (size_t)d * 4, s>>>(d, r->n_expert, x,
 										   w_r, r->score);
 	}
 	X4_CUDA_TRY(cudaGetLastError(), "x4k_moe_router: logits launch", e);
+	if (table && r->n_tok <= ROUTER_WARPS && r->n_tok * r->k <= 32) {
+		x4p::launch(router_select_table_kernel, dim3(1), dim3(ROUTER_WARPS * 32), 0, s, *r, bias,
+			    scale, norm);
+		*tabled = true;
+		return x4_cuda_launched("x4k_moe_router: select and table launch", e);
+	}
 	x4p::launch(router_select_kernel, dim3((r->n_tok + ROUTER_WARPS - 1) / ROUTER_WARPS),
 		    dim3(ROUTER_WARPS * 32), 0, s, r->n_tok, r->n_expert, r->k,
 		    (const float *)r->score, bias, scale, norm, r->sel, r->wts);

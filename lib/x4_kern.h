@@ -171,14 +171,10 @@ typedef struct x4k_moe_routes {
 	int32_t *tile_start;  /* [max_tiles] its first index into route */
 	int32_t *n_tiles;     /* [1] tiles in use (written on the device) */
 	float *score;         /* [n_tok][n_expert] router sigmoids (scratch) */
-	uint32_t *ticket;     /* [1] the fused router's count of finished blocks: the
-			       * workspace's first bytes, zero before its first use (the
-			       * owner clears the workspace once) and after every call */
 } x4k_moe_routes;
 
 /* (x4k_moe_tile and x4k_moe_routes_bytes are in section 0.) */
-/* Carve r's arrays out of ws (device, x4k_moe_routes_bytes large, cleared to
- * zero once before its first use: r.ticket is its first word at every n_tok). */
+/* Carve r's arrays out of ws (device, x4k_moe_routes_bytes large). */
 int x4k_moe_routes_init(x4k_moe_routes *r, void *ws, size_t ws_bytes, int n_tok,
 			int k, int n_expert, int tile, x4_err *e);
 
@@ -192,10 +188,9 @@ int x4k_moe_router(const x4k_moe_routes *r, const float *x, int d, const float *
 		   const float *bias, float scale, bool norm, cudaStream_t s,
 		   x4_err *e);
 
-/* x4k_moe_router then x4k_moe_route_table, in the fewest launches: up to 8
- * tokens and 32 routes (the decode step) one launch, whose last block to
- * finish its logit (r.ticket) selects and builds the table, with the same
- * contents; otherwise three. */
+/* x4k_moe_router then x4k_moe_route_table, in the fewest launches: up to 4
+ * tokens and 32 routes (the decode step) the selection's block also builds
+ * the table (two launches instead of three), with the same contents. */
 int x4k_moe_router_table(const x4k_moe_routes *r, const float *x, int d, const float *w_r,
 			 const float *bias, float scale, bool norm, cudaStream_t s, x4_err *e);
 

@@ -3,11 +3,8 @@
  * (kernels/moe_router.cu: logits W_r x, sigmoid, top-4 of 64 by g + bias,
  * then the table the expert kernels read), for one token (the decode step)
  * and a 512-token chunk: x4k_moe_router then x4k_moe_route_table (new,
- * three launches), x4k_moe_router alone (select: the logits and the
- * selection, two launches: the shape of x4k_moe_router_table up to
- * c47c1c6, the logits and then one block for the selection and the table) and x4k_moe_router_table (fused: one launch up to 8 tokens,
- * its last block selecting and building the table, as the step calls it),
- * L2 flushed between repetitions.
+ * three launches) against x4k_moe_router_table (fused: two launches up to
+ * 4 tokens, as the step calls it), L2 flushed between repetitions.
  * Bytes: the F32 router weights [64][3584], the bias, x [n_tok][3584] read,
  * sel and wts [n_tok][4] written (the table's few KB not counted).
  *
@@ -30,7 +27,6 @@ int main(int argc, char **argv)
 		int tile = x4k_moe_tile(n, k);
 		size_t rb = x4k_moe_routes_bytes(n, k, E, tile);
 		void *ws = lab_alloc(rb);
-		LAB_CK(cudaMemset(ws, 0, rb)); /* the fused call's ticket starts at zero */
 		x4k_moe_routes r;
 		LAB_X4(x4k_moe_routes_init(&r, ws, rb, n, k, E, tile, &e), e);
 		LAB_CK(cudaDeviceSynchronize());
@@ -42,10 +38,6 @@ int main(int argc, char **argv)
 					LAB_X4(x4k_moe_router(&r, x, d, wr, bias, c.expert_scale, c.expert_norm,
 							      L.s, &e), e);
 					LAB_X4(x4k_moe_route_table(&r, L.s, &e), e);
-				}));
-			lab_row(&L, "moe_router", "select", nm, bytes, lab_time_us(&L, [&] {
-					LAB_X4(x4k_moe_router(&r, x, d, wr, bias, c.expert_scale, c.expert_norm,
-							      L.s, &e), e);
 				}));
 			lab_row(&L, "moe_router", "fused", nm, bytes, lab_time_us(&L, [&] {
 					LAB_X4(x4k_moe_router_table(&r, x, d, wr, bias, c.expert_scale,

@@ -18,7 +18,7 @@ size_t x4k_moe_routes_bytes(int n_tok, int k, int n_expert, int tile)
 	if (n_tok < 0 || k <= 0 || n_expert <= 0 || tile <= 0)
 		return 0;
 	size_t r = (size_t)n_tok * k, mt = (size_t)x4k_moe_max_tiles((int)r, n_expert, tile);
-	return align256(4) /* ticket */ + align256(r * 4) * 3 + align256((size_t)n_expert * 4) +
+	return align256(r * 4) * 3 + align256((size_t)n_expert * 4) +
 	       align256(((size_t)n_expert + 1) * 4) + align256(mt * 4) * 2 + align256(4) +
 	       align256((size_t)n_tok * n_expert * 4);
 }

@@ -300,12 +300,9 @@ static int plan(x4_trunk_cuda *t, x4_err *e)
 	if ((rc = x4_dev_alloc(&t->work, t->work_bytes, "the workspaces", e)))
 		return rc;
 	x4_cuda_ws_layout(c, t->max_ctx, t->chunk, t->work, &t->w);
-	/* The fused gate's workspace and the router's ticket must start
-	 * zeroed; each call leaves them so. */
+	/* The fused gate's workspace must start zeroed; each call leaves it so. */
 	X4_CUDA_TRY(cudaMemsetAsync(t->w.hc_ws, 0, t->w.hc_ws_bytes, t->s),
 		    "clear the hyper-connection workspace", e);
-	X4_CUDA_TRY(cudaMemsetAsync(t->w.routes_ws, 0, t->w.routes_ws_bytes, t->s),
-		    "clear the route table's workspace", e);
 	float omega[X4_MAX(1, c->d_rope / 2)];
 	x4_yarn_freqs(c, omega);
 	X4_CUDA_TRY(cudaMemcpyAsync(t->w.omega, omega, sizeof omega, cudaMemcpyHostToDevice, t->s),
