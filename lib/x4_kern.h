@@ -135,8 +135,9 @@ int x4k_gemv_swiglu(int type, const void *w_gate, const void *w_up, int n, int k
 int x4k_gemm(int type, const void *w, int n, int k, int n_tok, const float *x,
 	     float *y, cudaStream_t s, x4_err *e);
 
-/* The prefill's tensor-core gemm core (x4k_gemm and x4k_moe_experts' tiles
- * of 64 routes): process-wide, on until set; 0 runs the FMA core
+/* The prefill's tensor-core gemm core (x4k_gemm, x4k_moe_experts' tiles
+ * of 64 routes, and the per-head absorb and expansion of chunks of 16 tokens
+ * or more): process-wide, on until set; 0 runs the FMA core
  * everywhere (the comparison arm), 1 the tensor cores where the device and
  * the shape take them.  Kernels launched earlier keep the core they were
  * launched with. */
@@ -336,7 +337,9 @@ int x4k_mla_absorb_q(int n_tok, int n_head, int kv_lora, int d_nope, int d_rope,
 int x4k_mla_absorb_q_rope(int n_tok, int n_head, int kv_lora, int d_nope, int d_rope,
 			  const uint16_t *w_kb, const float *q, float *qt, const float *omega,
 			  const int *pos, cudaStream_t s, x4_err *e);
-/* o[t][h][j] = sum_c W_vb[h][j][c] ob[t][h][c]. */
+/* o[t][h][j] = sum_c W_vb[h][j][c] ob[t][h][c].  Both products take the
+ * prefill's tensor-core tile for chunks of 16 tokens or more (x4k_gemm_mma_set,
+ * sm_80 and later; fp32-accurate, docs/numerics.md 1.10), fp32 FMAs otherwise. */
 int x4k_mla_expand_v(int n_tok, int n_head, int kv_lora, int d_v, const uint16_t *w_vb,
 		     const float *ob, float *o, cudaStream_t s, x4_err *e);
 
