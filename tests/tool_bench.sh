@@ -20,13 +20,19 @@ if [ ! -x "$BENCH" ]; then
 	exit 1
 fi
 common=(--prompt-tokens 16 -n 12 --pairs 3 --warmup 2 --threads 1)
+# The control's bracket: 0.7-1.4x, wider (0.5-2.0x) under `make asan`, whose
+# instrumented runs of a few milliseconds swing with the machine's load (a
+# control of 1.53x was seen once in a fresh clone's .ci/run; alone the same
+# build gave ~1.0x three times in three).
+lo=0.7 hi=1.4
+ldd "$BENCH" 2>/dev/null | grep -q libasan && lo=0.5 hi=2.0
 
 # The control: the same options on both sides; the verdict line on stderr.
 "$BENCH" "${common[@]}" -a "" -b "" >"$tmp/c.tsv" 2>"$tmp/c.err"; rc=$?
 check bench.control.exit $((rc != 0)) "exit $rc: $(head -c 300 "$tmp/c.err")"
 r=$(ratio "$tmp/c.tsv" ratio); k=$(ratio "$tmp/c.tsv" control)
-inrange "$r" 0.7 1.4; check bench.control.near_one $? "b/a '$r' for identical arms"
-inrange "$k" 0.7 1.4; check bench.control.bracket_near_one $? "control '$k'"
+inrange "$r" $lo $hi; check bench.control.near_one $? "b/a '$r' for identical arms ($lo-$hi)"
+inrange "$k" $lo $hi; check bench.control.bracket_near_one $? "control '$k' ($lo-$hi)"
 grep -q '^x4-bench-abab: b/a [0-9.]*x decode (rounds [0-9.]*-[0-9.]*), prefill .*control [0-9.]*x (.*), 3 pairs$' "$tmp/c.err"
 check bench.verdict_line $? "stderr: $(tail -c 300 "$tmp/c.err")"
 # Every row has the header's columns and carries the fingerprint, the types,
