@@ -481,6 +481,25 @@ __device__ __forceinline__ void mma_tile(uint8_t *smem, const mma_rows &R, const
 	}
 }
 
+/* A one-matrix tile's outputs after mma_tile, as put(row, t, v): row the
+ * matrix row n0 + the tile row this lane holds, t the token within the
+ * tile (0..63), every value of the lane's acc once.  The caller's put
+ * checks the row and token bounds and writes. */
+template <typename PUT>
+__device__ __forceinline__ void tile_store(const float (&acc)[2][4][4], int n0, PUT &&put)
+{
+	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+	const int wm = warp & 3, wn = warp >> 2, g = lane >> 2, c = lane & 3;
+#pragma unroll
+	for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+		for (int j = 0; j < 4; j++)
+#pragma unroll
+			for (int r = 0; r < 4; r++)
+				put(n0 + tile_row<1>(wm, mt, g, r >> 1), 32 * wn + 8 * j + 2 * c + (r & 1),
+				    acc[mt][j][r]);
+}
+
 #endif /* sm_80 */
 
 } /* namespace x4m */

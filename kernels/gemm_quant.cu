@@ -71,19 +71,10 @@ gemm_mma_kernel(const uint8_t *__restrict__ w, int n, int k, int n_tok, const fl
 	const x4m::mma_rows R = { { w, w }, { w + (size_t)n * rb, w + (size_t)n * rb }, n, n0, rb };
 	float acc[2][4][4];
 	x4m::mma_tile<TYPE, 1>(mma_smem, R, xrow, k, acc);
-	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-	const int wm = warp & 3, wn = warp >> 2, g = lane >> 2, c = lane & 3;
-#pragma unroll
-	for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-		for (int j = 0; j < 4; j++)
-#pragma unroll
-			for (int r = 0; r < 4; r++) {
-				const int row = n0 + x4m::tile_row<1>(wm, mt, g, r >> 1);
-				const int t = 32 * wn + 8 * j + 2 * c + (r & 1);
-				if (row < n && t < nt)
-					y[(size_t)(t0 + t) * n + row] = acc[mt][j][r];
-			}
+	x4m::tile_store(acc, n0, [&](int row, int t, float v) {
+		if (row < n && t < nt)
+			y[(size_t)(t0 + t) * n + row] = v;
+	});
 #endif
 }
 

@@ -166,20 +166,11 @@ bmm_kernel(int rows, int k, int row_tiles, const uint16_t *__restrict__ W, int n
 	const x4m::mma_rows R = { { w, w }, { w + (size_t)rows * rb, w + (size_t)rows * rb }, rows, n0, rb };
 	float acc[2][4][4];
 	x4m::mma_tile<X4_T_BF16, 1>(mma_smem, R, xrow, k, acc);
-	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-	const int wm = warp & 3, wn = warp >> 2, g = lane >> 2, c = lane & 3;
 	float *yb = y + (size_t)b * y_b;
-#pragma unroll
-	for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-		for (int j = 0; j < 4; j++)
-#pragma unroll
-			for (int r = 0; r < 4; r++) {
-				const int row = n0 + x4m::tile_row<1>(wm, mt, g, r >> 1);
-				const int t = 32 * wn + 8 * j + 2 * c + (r & 1);
-				if (row < rows && t < nt)
-					yb[(size_t)(t0 + t) * y_tok + row] = acc[mt][j][r];
-			}
+	x4m::tile_store(acc, n0, [&](int row, int t, float v) {
+		if (row < rows && t < nt)
+			yb[(size_t)(t0 + t) * y_tok + row] = v;
+	});
 #endif
 }
 
