@@ -157,9 +157,10 @@ const char x4t_trunk_help[] =
 "                          where the card and the checkpoint take it, else fp32),\n"
 "                          fp32, or mma (tensor cores: sm_80 and later, the\n"
 "                          model's shape)\n"
-"      --gemm G            GPU prefill products: mma (default: tensor cores on\n"
-"                          sm_80 and later, fp32-accurate) or fma (the fp32 FMA\n"
-"                          core everywhere, for comparison)\n";
+"      --gemm G            GPU products: mma (default: tensor cores on sm_80 and\n"
+"                          later, fp32-accurate: the prefill's, and the decode\n"
+"                          step's IQ4_NL ones) or fma (the CUDA-core kernels\n"
+"                          everywhere, for comparison)\n";
 
 const char x4t_load_help[] =
 "      --device DEV        cpu (default) or cuda:N\n"

@@ -143,10 +143,6 @@ __host__ __device__ constexpr uint32_t iq4_bf16_word(int q, int hi)
 	return w;
 }
 
-/* Host: tensor cores allowed (x4k_gemm_mma_get) and the current device
- * sm_80 or later; looked up once a device (gemm_quant.cu). */
-bool enabled();
-
 /* Host: the current device takes KERNEL's SMEM bytes of dynamic shared
  * memory, the attribute set (once a device and kernel).  False (and the
  * runtime's error cleared) where it cannot: the caller runs the FMA core. */

@@ -12,9 +12,13 @@
  * the BF16 products ran near 1 TB/s, a warp a row, one row's chunks one
  * dependent round at a time.
  *
- * IQ4_NL takes gemv_kernel (below); only the fused gate/up/SwiGLU
- * product of one token takes the register core of quant_dev.cuh: a lane
- * an 8-block group of a row, loaded in one round into registers and
+ * IQ4_NL takes the tensor cores (gemv_tc.cuh's tc8 core: the codes as int8
+ * operands, x as four 8-bit limbs) on sm_80 and later where the shape
+ * allows (rows in sixteens, k in whole 256- or 512-value ranges over at
+ * most 20 warps, 16-byte aligned) and the products' switch is on
+ * (x4k_gemm_mma_set); otherwise gemv_kernel (below), and the fused
+ * gate/up/SwiGLU product of one token the register core of quant_dev.cuh:
+ * a lane an 8-block group of a row, loaded in one round into registers and
  * decoded without int-to-float conversions, a row's groups added in order
  * through shared memory.
  *
@@ -30,6 +34,7 @@
 #include "x4_kern.h"
 #include "quant_dev.cuh"
 #include "pdl.cuh"
+#include "gemv_tc.cuh"
 
 using namespace x4d;
 
@@ -403,7 +408,8 @@ extern "C" int x4k_gemv(int type, const void *w, int n, int k, const float *x, f
 	const uint8_t *wb = static_cast<const uint8_t *>(w);
 	switch (type) {
 	case X4_T_IQ4_NL:
-		gemv_kernel<X4_T_IQ4_NL><<<grid, block, 0, s>>>(wb, n, k, x, y);
+		if (!tcv::gemv<tcv::core8, 1>(w, n, k, x, y, s) && !tcv::gemv<tcv::core8, 2>(w, n, k, x, y, s))
+			gemv_kernel<X4_T_IQ4_NL><<<grid, block, 0, s>>>(wb, n, k, x, y);
 		break;
 	case X4_T_Q6_K:
 		if (k <= Q6_KMAX && row_bytes(X4_T_Q6_K, k) % 4 == 0 && !((uintptr_t)w & 3) &&
@@ -452,6 +458,9 @@ extern "C" int x4k_gemv_swiglu(int type, const void *w_gate, const void *w_up, i
 		return x4_err_set(e, X4_EINVAL, "x4k_gemv_swiglu: NULL input or output");
 	if (n == 0)
 		return 0;
+	if (type == X4_T_IQ4_NL && (tcv::gemv_swiglu<tcv::core8, 1>(w_gate, w_up, n, k, x, h, s) ||
+				    tcv::gemv_swiglu<tcv::core8, 2>(w_gate, w_up, n, k, x, h, s)))
+		return x4_cuda_launched("x4k_gemv_swiglu: tensor-core launch", e);
 	if (type == X4_T_IQ4_NL && k % 256 == 0 && k / 256 <= IQ_THREADS && !((uintptr_t)w_gate & 15) &&
 	    !((uintptr_t)w_up & 15) && !((uintptr_t)x & 15)) {
 		const int S = IQ_THREADS / (k / 256);

@@ -25,6 +25,11 @@
 
 namespace x4m {
 
+/* Host: tensor cores allowed (x4k_gemm_mma_get) and the current device
+ * sm_80 or later; looked up once a device (gemm_quant.cu).  The prefill's
+ * gemm core and the decode's matrix-vector products (gemv_tc.cuh) ask it. */
+bool enabled();
+
 /* 2^k for k in [-126, 127], exactly */
 __device__ __forceinline__ float pow2f(int k) { return __int_as_float((127 + k) << 23); }
 

@@ -23,11 +23,14 @@
  * once for the tile's 1 or 4 routes), and tiles of one route (every tile of
  * the batch-1 decode step) the row-staged gemv core where the shape allows:
  * the same bits as the gemv core, all of a warp's rows in flight at once.
+ * A one-token call of x4k_moe_experts_sum takes the tensor cores instead
+ * (kernels/gemv_tc.cuh) where the products' switch and the shapes allow.
  */
 #include "cuda_check.h"
 #include "x4_kern.h"
 #include "quant_dev.cuh"
 #include "gemm_mma.cuh"
+#include "gemv_tc.cuh"
 
 using namespace x4d;
 
@@ -545,11 +548,9 @@ static int launch(const x4k_moe_routes *r, const float *x, int d, int f, const u
 	return x4_cuda_launched("x4k_moe_experts: down launch", e);
 }
 
-/* x4k_moe_experts; with_down false: gate and up only (h in ws), for the
- * fused down of x4k_moe_experts_sum. */
-static int experts(const x4k_moe_routes *r, int type, const float *x, int d, int f, const void *gate,
-		   const void *up, const void *down, void *ws, size_t ws_bytes, const float **out,
-		   bool with_down, cudaStream_t s, x4_err *e)
+/* x4k_moe_experts' checks of its arguments. */
+static int experts_check(const x4k_moe_routes *r, int type, const float *x, int d, int f, const void *gate,
+			 const void *up, const void *down, void *ws, size_t ws_bytes, x4_err *e)
 {
 	if (!r || !x || !gate || !up || !down || !ws)
 		return x4_err_set(e, X4_EINVAL, "x4k_moe_experts: NULL argument");
@@ -570,6 +571,18 @@ static int experts(const x4k_moe_routes *r, int type, const float *x, int d, int
 	if (ws_bytes < need || ((uintptr_t)ws & 255))
 		return x4_err_set(e, X4_EINVAL, "x4k_moe_experts: workspace of %zu bytes; need %zu, 256-aligned",
 				  ws_bytes, need);
+	return 0;
+}
+
+/* x4k_moe_experts; with_down false: gate and up only (h in ws), for the
+ * fused down of x4k_moe_experts_sum. */
+static int experts(const x4k_moe_routes *r, int type, const float *x, int d, int f, const void *gate,
+		   const void *up, const void *down, void *ws, size_t ws_bytes, const float **out,
+		   bool with_down, cudaStream_t s, x4_err *e)
+{
+	int rc = experts_check(r, type, x, d, f, gate, up, down, ws, ws_bytes, e);
+	if (rc)
+		return rc;
 	const size_t nr = (size_t)r->n_tok * r->k;
 	float *h = static_cast<float *>(ws);
 	float *o = reinterpret_cast<float *>(static_cast<uint8_t *>(ws) + align256(nr * f * 4));
@@ -619,8 +632,19 @@ extern "C" int x4k_moe_experts_sum(const x4k_moe_routes *r, int type, const floa
 	}
 	int rc = check_geometry("x4k_moe_experts_sum shared down", sdown_type, sdown, d, f, e);
 	if (!rc)
-		rc = experts(r, type, x, d, f, gate, up, down, ws, ws_bytes, nullptr, false, s, e);
+		rc = experts_check(r, type, x, d, f, gate, up, down, ws, ws_bytes, e);
 	if (rc || r->n_tok == 0)
+		return rc;
+	/* The tensor cores (gemv_tc.cuh) where the device, the switch and the
+	 * shapes take both launches; the second refusing after the first ran
+	 * (nothing at the model's shapes) leaves h to the register core's
+	 * launch below, which writes it again. */
+	if (r->k > 0 && tcv::moe_gu<tcv::core8, 1>(r, x, d, f, gate, up, h, s)) {
+		X4_CUDA_TRY(cudaGetLastError(), "x4k_moe_experts_sum: tensor-core gate/up launch", e);
+		if (tcv::moe_down_sum<tcv::core8, 1>(r, d, f, down, h, sdown, sh, y, s))
+			return x4_cuda_launched("x4k_moe_experts_sum: tensor-core down launch", e);
+	}
+	if ((rc = experts(r, type, x, d, f, gate, up, down, ws, ws_bytes, nullptr, false, s, e)))
 		return rc;
 	const unsigned blocks = (unsigned)((d + GEMV_WARPS * SUM_ROWS - 1) / (GEMV_WARPS * SUM_ROWS));
 	moe_down_sum_kernel<X4_T_IQ4_NL><<<blocks, GEMV_WARPS * 32, 0, s>>>(

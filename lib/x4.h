@@ -498,12 +498,15 @@ enum x4_kv { X4_KV_DEFAULT = 0, X4_KV_F16 = 1, X4_KV_EXACT = 2 };
  * has one attention and ignores it, as it does hc_eager.
  * x4_trunk_stats.attn says which kernels run. */
 enum x4_attn { X4_ATTN_FP32 = 0, X4_ATTN_MMA = 1, X4_ATTN_AUTO = 2 };
-/* The GPU's prefill products (x4k_gemm and the routed experts' tiles of 64
- * routes): MMA the tensor-core core where the device (sm_80 and later) and
- * the shape take it, the FMA core elsewhere (the default; docs/numerics.md
- * 1.10: fp32-accurate products, not the FMA core's bits); FMA the FMA core
- * everywhere, the arm it is priced against.  A decode step takes the
- * matrix-vector kernels either way; the CPU trunk ignores it. */
+/* The GPU's products: MMA the tensor cores where the device (sm_80 and
+ * later) and the shape take them, the CUDA-core kernels elsewhere (the
+ * default): the prefill's x4k_gemm and the routed experts' tiles of 64
+ * routes (docs/numerics.md 1.10), and the decode step's IQ4_NL
+ * matrix-vector products, the routed and shared experts' and the dense
+ * FFN's (1.9); fp32-accurate, not the CUDA-core kernels' bits.  FMA the
+ * CUDA-core kernels everywhere, the arm MMA is priced against.  The BF16
+ * and Q6_K matrix-vector products are the same either way; the CPU trunk
+ * ignores it. */
 enum x4_gemm { X4_GEMM_MMA = 0, X4_GEMM_FMA = 1 };
 
 typedef struct x4_trunk_opts {

@@ -108,7 +108,10 @@ int x4k_pdl_get(void);
 /* ============ 1. quantized products and the MoE ============ */
 
 /* y = W x.  type: X4_T_IQ4_NL (k % 32 == 0), X4_T_Q6_K (k % 256 == 0) or
- * X4_T_BF16 (any k).  w: n rows of k; x: [k]; y: [n]. */
+ * X4_T_BF16 (any k).  w: n rows of k; x: [k]; y: [n].  IQ4_NL takes the
+ * tensor cores where the products' switch (x4k_gemm_mma_set), the device
+ * (sm_80) and the shape allow (kernels/gemv_tc.cuh; docs/numerics.md 1.11),
+ * the register core otherwise. */
 int x4k_gemv(int type, const void *w, int n, int k, const float *x, float *y,
 	     cudaStream_t s, x4_err *e);
 
@@ -121,9 +124,9 @@ int x4k_gemv2(int type, const void *w1, int n1, float *y1, const void *w2, int n
 
 /* h = silu(W_gate x) * (W_up x) for one token ([n]), the SwiGLU product in
  * fp32 as x4k_swiglu forms it: one launch for IQ4_NL with k % 256 == 0 and
- * 16-byte aligned weights and x (each sum the same bits as x4k_gemv's);
- * otherwise x4k_gemv into the scratch g and u ([n] each, needed then),
- * then x4k_swiglu. */
+ * 16-byte aligned weights and x (on the tensor cores as x4k_gemv takes
+ * them, else the register core); otherwise x4k_gemv into the scratch g
+ * and u ([n] each, needed then), then x4k_swiglu. */
 int x4k_gemv_swiglu(int type, const void *w_gate, const void *w_up, int n, int k, const float *x,
 		    float *g, float *u, float *h, cudaStream_t s, x4_err *e);
 
@@ -135,12 +138,13 @@ int x4k_gemv_swiglu(int type, const void *w_gate, const void *w_up, int n, int k
 int x4k_gemm(int type, const void *w, int n, int k, int n_tok, const float *x,
 	     float *y, cudaStream_t s, x4_err *e);
 
-/* The prefill's tensor-core gemm core (x4k_gemm, x4k_moe_experts' tiles
- * of 64 routes, and the per-head absorb and expansion of chunks of 16 tokens
- * or more): process-wide, on until set; 0 runs the FMA core
- * everywhere (the comparison arm), 1 the tensor cores where the device and
- * the shape take them.  Kernels launched earlier keep the core they were
- * launched with. */
+/* The tensor-core products: the prefill's gemm core (x4k_gemm,
+ * x4k_moe_experts' tiles of 64 routes, and the per-head absorb and
+ * expansion of chunks of 16 tokens or more) and the decode's IQ4_NL
+ * matrix-vector products (x4k_gemv, x4k_gemv_swiglu, x4k_moe_experts_sum):
+ * process-wide, on until set; 0 runs the CUDA-core kernels everywhere (the
+ * comparison arm), 1 the tensor cores where the device and the shape take
+ * them.  Kernels launched earlier keep the core they were launched with. */
 void x4k_gemm_mma_set(int on);
 int x4k_gemm_mma_get(void);
 
@@ -213,9 +217,12 @@ int x4k_moe_experts(const x4k_moe_routes *r, int type, const float *x, int d, in
 /* One token's MoE output in two launches at the batch-1 step: the experts'
  * gate and up, then y = sum over the slots in ascending expert id of wts *
  * (down of the route's h), + the shared expert's down of sh ([f], its type
- * sdown_type, [d][f]), every product and the sum as x4k_moe_experts, x4k_gemv
- * and x4k_moe_reduce form them (the same bits); shapes it does not take
- * (more tokens or routes, other types, f > 1024) run as those three.
+ * sdown_type, [d][f]).  On the tensor cores where x4k_gemv takes them and
+ * the shapes allow (IQ4_NL; d and f in whole 256-value ranges, d <= 5120,
+ * f <= 1024: kernels/gemv_tc.cuh), else on the register core with every
+ * product and the sum as x4k_moe_experts, x4k_gemv and x4k_moe_reduce form
+ * them (the same bits); shapes neither takes (more tokens or routes, other
+ * types, f > 1024) run as those three.
  * y: [d].  ws as x4k_moe_experts'. */
 int x4k_moe_experts_sum(const x4k_moe_routes *r, int type, const float *x, int d, int f,
 			const void *gate, const void *up, const void *down, int sdown_type,

@@ -1,6 +1,6 @@
 /*
  * tcv.cu - the kernel lab for the batch-1 IQ4_NL products on the tensor
- * cores (tcv.cuh: tc16, fp16 MMAs over x split into hi + lo; tc8, int8 MMAs
+ * cores (kernels/gemv_tc.cuh: tc16, fp16 MMAs over x split into hi + lo; tc8, int8 MMAs
  * over x as four 8-bit limbs) against the library's CUDA-core kernels, at
  * the released model's decode shapes (lab_model):
  *   moe_gu        the routed experts' gate and up with the SwiGLU product,
@@ -10,7 +10,8 @@
  *   moe           both: x4k_moe_experts_sum against tcv's two launches
  *   gemv          1024 x 3584 and 9216 x 3584 (x4k_gemv)
  *   gemv_swiglu   2 x 1024 x 3584 and 2 x 9216 x 3584 (x4k_gemv_swiglu)
- * Rows: old = the library; tc16 and tc8 = tcv.cuh's two cores (cp.async
+ * Rows: old = the library's register core (its products' switch off,
+ * x4k_gemm_mma_set(0); on, the library takes tc8_k1); tc16 and tc8 = gemv_tc.cuh's two cores (cp.async
  * staging, 16 rows a block, split-K over the block's warps, 512 values of k
  * a warp), tc16_k1 and tc8_k1 the same with 256 a warp (twice the warps).  The
  * library's two MoE kernels have no entry of their own: x4k_moe_experts_sum
@@ -40,7 +41,7 @@
 
 #include "lab.h"
 #include "x4_kern.h"
-#include "tcv.cuh"
+#include "gemv_tc.cuh"
 
 static int n_pass, n_fail;
 
@@ -197,7 +198,7 @@ static void emu_warp(const uint8_t *rows, size_t rb, const float *x, float *out)
 	using S = smem_words<1, NG>;
 	std::vector<uint32_t> buf(S::WSL), B(S::BSL, 0u);
 	for (int s = 0; s < NG; s++)
-		for (int r = 0; r < ROWS; r++)
+		for (int r = 0; r < tcv::ROWS; r++)
 			memcpy(&buf[wrow(1, s, 0, r)], rows + r * rb + s * GROUP_BYTES, GROUP_BYTES);
 	float inv;
 	if (C16) {
@@ -406,11 +407,40 @@ struct cores {
 	int (*swiglu)(const void *, const void *, int, int, const float *, float *, cudaStream_t, x4_err *);
 };
 
+/* The launchers as the lab's entries: X4_EINVAL where one refuses (the
+ * device, the switch or the shape). */
+template <class C, int NG>
+static int lab_gu(const x4k_moe_routes *r, const float *x, int d, int f, const void *g, const void *u, float *h,
+		  cudaStream_t s, x4_err *e)
+{
+	return tcv::moe_gu<C, NG>(r, x, d, f, g, u, h, s) ? x4_cuda_launched("tcv moe_gu", e)
+							  : x4_err_set(e, X4_EINVAL, "tcv moe_gu: refused");
+}
+template <class C, int NG>
+static int lab_down(const x4k_moe_routes *r, int d, int f, const void *w, const float *h, const void *sw,
+		    const float *sh, float *y, cudaStream_t s, x4_err *e)
+{
+	return tcv::moe_down_sum<C, NG>(r, d, f, w, h, sw, sh, y, s) ? x4_cuda_launched("tcv moe_down_sum", e)
+								     : x4_err_set(e, X4_EINVAL, "tcv moe_down_sum: refused");
+}
+template <class C, int NG>
+static int lab_gemv(const void *w, int n, int k, const float *x, float *y, cudaStream_t s, x4_err *e)
+{
+	return tcv::gemv<C, NG>(w, n, k, x, y, s) ? x4_cuda_launched("tcv gemv", e)
+						  : x4_err_set(e, X4_EINVAL, "tcv gemv: refused");
+}
+template <class C, int NG>
+static int lab_swiglu(const void *wg, const void *wu, int n, int k, const float *x, float *h, cudaStream_t s,
+		      x4_err *e)
+{
+	return tcv::gemv_swiglu<C, NG>(wg, wu, n, k, x, h, s) ? x4_cuda_launched("tcv gemv_swiglu", e)
+							      : x4_err_set(e, X4_EINVAL, "tcv gemv_swiglu: refused");
+}
+
 /* tc16, tc8: a warp takes 2 groups (512 values) of k; _k1: 1 group, twice
  * the warps a block */
 #define TCV_CORE(name, C, NG)                                                                          \
-	{ name, tcv::moe_gu<tcv::C, NG>, tcv::moe_down_sum<tcv::C, NG>, tcv::gemv<tcv::C, NG>,        \
-	  tcv::gemv_swiglu<tcv::C, NG> }
+	{ name, lab_gu<tcv::C, NG>, lab_down<tcv::C, NG>, lab_gemv<tcv::C, NG>, lab_swiglu<tcv::C, NG> }
 static const cores CORES[] = {
 	TCV_CORE("tc16", core16, 2),
 	TCV_CORE("tc8", core8, 2),
@@ -466,9 +496,11 @@ static void moe_shapes(lab *L)
 		const std::vector<float> xh = host_x((size_t)d, 61, wide), shh = host_x((size_t)f, 62, wide);
 		float *x = (float *)upload(xh.data(), (size_t)d * 4), *sh = (float *)upload(shh.data(), (size_t)f * 4);
 		const char *in = wide ? "wide" : "uniform";
-		auto lib = [&] {
+		auto lib = [&] { /* the register core: the products' switch off */
+			x4k_gemm_mma_set(0);
 			LAB_X4(x4k_moe_experts_sum(r, X4_T_IQ4_NL, x, d, f, gate, up, down, X4_T_IQ4_NL, sdown, sh, ws,
 						   wsb, ylib, L->s, &e), e);
+			x4k_gemm_mma_set(1);
 		};
 		lib();
 		LAB_CK(cudaStreamSynchronize(L->s));
@@ -589,11 +621,13 @@ static void dense_shape(lab *L, int n, int k, bool swiglu)
 	for (int wide = 0; wide < 2; wide++) {
 		const std::vector<float> xh = host_x((size_t)k, 81 + n, wide);
 		float *x = (float *)upload(xh.data(), (size_t)k * 4);
-		auto lib = [&] {
+		auto lib = [&] { /* the register core: the products' switch off */
+			x4k_gemm_mma_set(0);
 			if (swiglu)
 				LAB_X4(x4k_gemv_swiglu(X4_T_IQ4_NL, w[0], w[1], n, k, x, gs, us, yl, L->s, &e), e);
 			else
 				LAB_X4(x4k_gemv(X4_T_IQ4_NL, w[0], n, k, x, yl, L->s, &e), e);
+			x4k_gemm_mma_set(1);
 		};
 		lib();
 		LAB_CK(cudaStreamSynchronize(L->s));

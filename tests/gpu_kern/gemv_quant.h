@@ -20,9 +20,12 @@ static void run_product_op(const char *label, struct pcase c, int check_tok, boo
 {
 	const char *op = mv ? "gemv" : "gemm";
 	char cas[200], name[64];
+	/* IQ4_NL's gemv takes the tensor cores too where the switch and the
+	 * shape allow (kernels/gemv_tc.cuh) */
+	const bool named = !mv || c.type == X4_T_IQ4_NL;
 	snprintf(cas, sizeof cas, "op %s type %s rows %d cols %d tokens %d seed %llu%s%s", op,
 		 x4_type_name(c.type), c.n, c.k, c.t, (unsigned long long)c.seed,
-		 mv ? "" : " core ", mv ? "" : gemm_core());
+		 named ? " core " : "", named ? gemm_core() : "");
 	if (!t_want(op, cas))
 		return;
 	rng_seed(c.seed);
@@ -37,8 +40,8 @@ static void run_product_op(const char *label, struct pcase c, int check_tok, boo
 	poison(dy, (size_t)c.t * c.n * 4);
 	int rc = mv ? x4k_gemv(c.type, dw, c.n, c.k, dx, dy, st, &err)
 			  : x4k_gemm(c.type, dw, c.n, c.k, c.t, dx, dy, st, &err);
-	snprintf(name, sizeof name, "%s %s %s%s%s", op, x4_type_name(c.type), label, mv ? "" : " ",
-		 mv ? "" : gemm_core());
+	snprintf(name, sizeof name, "%s %s %s%s%s", op, x4_type_name(c.type), label, named ? " " : "",
+		 named ? gemm_core() : "");
 	if (!rc)
 		rc = x4_cuda_check(cudaStreamSynchronize(st), "kernel", &err);
 	if (rc) {
@@ -104,8 +107,9 @@ static void run_product(const char *label, struct pcase c, int check_tok)
 static void run_gemv2(int type, int n1, int n2, int k, uint64_t seed)
 {
 	char cas[200];
-	snprintf(cas, sizeof cas, "op gemv2 type %s rows %d + %d cols %d seed %llu", x4_type_name(type),
-		 n1, n2, k, (unsigned long long)seed);
+	snprintf(cas, sizeof cas, "op gemv2 type %s rows %d + %d cols %d seed %llu%s%s", x4_type_name(type),
+		 n1, n2, k, (unsigned long long)seed, type == X4_T_IQ4_NL ? " core " : "",
+		 type == X4_T_IQ4_NL ? gemm_core() : "");
 	if (!t_want("gemv2", cas))
 		return;
 	rng_seed(seed);
@@ -167,8 +171,8 @@ static void run_gemv2(int type, int n1, int n2, int k, uint64_t seed)
 static void run_gemv_swiglu(int type, int n, int k, uint64_t seed)
 {
 	char cas[200];
-	snprintf(cas, sizeof cas, "op gemv_swiglu type %s rows %d cols %d seed %llu", x4_type_name(type),
-		 n, k, (unsigned long long)seed);
+	snprintf(cas, sizeof cas, "op gemv_swiglu type %s rows %d cols %d seed %llu core %s",
+		 x4_type_name(type), n, k, (unsigned long long)seed, gemm_core());
 	if (!t_want("gemv_swiglu", cas))
 		return;
 	rng_seed(seed);
@@ -209,7 +213,7 @@ static void run_gemv_swiglu(int type, int n, int k, uint64_t seed)
 						fabs(sg * ru[i]) * (8 * 0x1p-24 / TOL));
 			}
 			char name[64];
-			snprintf(name, sizeof name, "gemv_swiglu %s", x4_type_name(type));
+			snprintf(name, sizeof name, "gemv_swiglu %s %s", x4_type_name(type), gemm_core());
 			compare(name, cas, h, rh, mh, (size_t)n);
 		}
 		free(h), free(h2), free(rg), free(ru), free(mg), free(mu), free(rh), free(mh);
@@ -238,6 +242,12 @@ static const struct pcase gemv_tiny[] = {
 	 * 4096): 2, 6 and 16 blocks, partial blocks of rows */
 	{ X4_T_Q6_K, 7, 512, 1, 1022 }, { X4_T_Q6_K, 37, 1536, 1, 1023 },
 	{ X4_T_Q6_K, 9, 4096, 1, 1024 },
+	/* the IQ4_NL tensor cores (kernels/gemv_tc.cuh: rows in sixteens, k in
+	 * 256-value ranges over at most 20 warps, else 512-value ones): the
+	 * smallest, 20 warps of 256, 20 of 512, and one past both (21 x 512:
+	 * the register core) */
+	{ X4_T_IQ4_NL, 16, 256, 1, 1025 }, { X4_T_IQ4_NL, 48, 5120, 1, 1026 },
+	{ X4_T_IQ4_NL, 16, 10240, 1, 1027 }, { X4_T_IQ4_NL, 32, 10752, 1, 1028 },
 };
 
 /* the model's sizes (rows x cols = out x in); gemm_quant.h takes them to 67
@@ -257,14 +267,49 @@ static const struct pcase gemv_big[] = {
 	{ X4_T_IQ4_NL, 131072, 3584, 1, 4005 }, /* the IQ4_NL gemv at the head's shape, R 2 */
 };
 
+/* The IQ4_NL products on one core (x4k_gemm_mma_set: the tensor cores
+ * where the device and the shape take them, else the register core). */
+static void test_gemv_iq4(void)
+{
+	for (size_t i = 0; i < X4_ARRAY_LEN(gemv_tiny); i++)
+		if (gemv_tiny[i].type == X4_T_IQ4_NL)
+			run_product("tiny", gemv_tiny[i], 0);
+	for (size_t i = 0; i < X4_ARRAY_LEN(gemv_model); i++)
+		if (gemv_model[i].type == X4_T_IQ4_NL)
+			run_product("model", gemv_model[i], 0);
+	for (size_t i = 0; i < X4_ARRAY_LEN(gemv_big); i++)
+		if (gemv_big[i].type == X4_T_IQ4_NL)
+			run_product("largest", gemv_big[i], 8);
+	run_gemv2(X4_T_IQ4_NL, 1024, 1024, 3584, 5006);
+	/* gate, up and SwiGLU in one launch: tiny (one and three groups; 16
+	 * rows, the tensor cores' smallest), the shared expert's and the dense
+	 * FFN's shapes, and the fallbacks */
+	run_gemv_swiglu(X4_T_IQ4_NL, 7, 256, 6001);
+	run_gemv_swiglu(X4_T_IQ4_NL, 37, 768, 6002);
+	run_gemv_swiglu(X4_T_IQ4_NL, 16, 256, 6007);
+	run_gemv_swiglu(X4_T_IQ4_NL, 1024, 3584, 6003);
+	run_gemv_swiglu(X4_T_IQ4_NL, 9216, 3584, 6004);
+	run_gemv_swiglu(X4_T_IQ4_NL, 16, 10240, 6008); /* 20 warps of 512 */
+	run_gemv_swiglu(X4_T_IQ4_NL, 7, 96, 6005); /* k % 256: three launches */
+}
+
 static void test_gemv(void)
 {
 	for (size_t i = 0; i < X4_ARRAY_LEN(gemv_tiny); i++)
-		run_product("tiny", gemv_tiny[i], 0);
+		if (gemv_tiny[i].type != X4_T_IQ4_NL)
+			run_product("tiny", gemv_tiny[i], 0);
 	for (size_t i = 0; i < X4_ARRAY_LEN(gemv_model); i++)
-		run_product("model", gemv_model[i], 0);
+		if (gemv_model[i].type != X4_T_IQ4_NL)
+			run_product("model", gemv_model[i], 0);
 	for (size_t i = 0; i < X4_ARRAY_LEN(gemv_big); i++)
-		run_product("largest", gemv_big[i], 8);
+		if (gemv_big[i].type != X4_T_IQ4_NL)
+			run_product("largest", gemv_big[i], 8);
+	const int was = x4k_gemm_mma_get();
+	x4k_gemm_mma_set(1);
+	test_gemv_iq4();
+	x4k_gemm_mma_set(0);
+	test_gemv_iq4();
+	x4k_gemm_mma_set(was);
 
 	/* two matrices, one launch: tiny odd (rows straddling the seam inside
 	 * a row group), the model's q_a + kv_a, the largest (q_b's and the
@@ -274,14 +319,5 @@ static void test_gemv(void)
 	run_gemv2(X4_T_BF16, 768, 576, 3584, 5003);
 	run_gemv2(X4_T_BF16, 6144, 3584, 4096, 5004);
 	run_gemv2(X4_T_BF16, 5, 3, 13, 5005); /* odd k: the staged kernel, two launches */
-	run_gemv2(X4_T_IQ4_NL, 1024, 1024, 3584, 5006);
-
-	/* gate, up and SwiGLU in one launch: tiny (one and three groups), the
-	 * shared expert's and the dense FFN's shapes, and the fallbacks */
-	run_gemv_swiglu(X4_T_IQ4_NL, 7, 256, 6001);
-	run_gemv_swiglu(X4_T_IQ4_NL, 37, 768, 6002);
-	run_gemv_swiglu(X4_T_IQ4_NL, 1024, 3584, 6003);
-	run_gemv_swiglu(X4_T_IQ4_NL, 9216, 3584, 6004);
-	run_gemv_swiglu(X4_T_IQ4_NL, 7, 96, 6005); /* k % 256: three launches */
 	run_gemv_swiglu(X4_T_BF16, 7, 200, 6006);
 }

@@ -197,6 +197,8 @@ static void test_experts_sum(const char *label, const struct moe_w *w, int sd_ty
 		 x4_type_name(w->type), label);
 	if (!t_want("moe_experts", cas))
 		return;
+	const int was = x4k_gemm_mma_get();
+	x4k_gemm_mma_set(0); /* the register core's bits (test_experts_sum_tc: the tensor cores') */
 	rng_seed(seed);
 	size_t sb = x4_type_bytes(sd_type, (uint64_t)d * f);
 	uint8_t *sdn = hmalloc(sb);
@@ -234,9 +236,79 @@ static void test_experts_sum(const char *label, const struct moe_w *w, int sd_ty
 	}
 	T_OK(!rc && !memcmp(y1, y2, (size_t)d * 4) && !memcmp(y2, y3, (size_t)d * 4), name, "%s: %s",
 	     cas, rc ? err.msg : "outputs differ");
+	x4k_gemm_mma_set(was);
 	x4_dev_free(rws), x4_dev_free(ews), x4_dev_free(dsdn), x4_dev_free(dx), x4_dev_free(dsh);
 	x4_dev_free(dshared), x4_dev_free(dy);
 	free(sdn), free(x), free(shh), free(wts), free(sel), free(y1), free(y2), free(y3);
+}
+
+/* x4k_moe_experts_sum with the products' switch on (x4k_gemm_mma_set(1)):
+ * where the device and the shapes take them, the tensor-core launches of
+ * kernels/gemv_tc.cuh, which are not the register core's bits; so against
+ * the reference (the routed experts' x4r_moe_experts with the shared down's
+ * x4r_gemv as its shared term, mags added), and the same bits twice.
+ * test_experts_sum checks the register core's bits with the switch off. */
+static void test_experts_sum_tc(const char *label, const struct moe_w *w, int sd_type, int k,
+				uint64_t seed)
+{
+	int d = w->d, f = w->f, E = w->n_expert;
+	char cas[200], name[96];
+	snprintf(cas, sizeof cas, "op moe_experts sum type %s shared %s d %d f %d experts %d k %d "
+		 "seed %llu core mma", x4_type_name(w->type), x4_type_name(sd_type), d, f, E, k,
+		 (unsigned long long)seed);
+	snprintf(name, sizeof name, "moe experts sum %s %s mma", x4_type_name(w->type), label);
+	if (!t_want("moe_experts", cas))
+		return;
+	const int was = x4k_gemm_mma_get();
+	x4k_gemm_mma_set(1);
+	rng_seed(seed);
+	size_t sb = x4_type_bytes(sd_type, (uint64_t)d * f);
+	uint8_t *sdn = hmalloc(sb);
+	fill_weights(sd_type, sdn, (size_t)d, f);
+	float *x = hmalloc((size_t)d * 4), *shh = hmalloc((size_t)f * 4), *wts = hmalloc((size_t)k * 4);
+	int32_t *sel = hmalloc((size_t)k * 4);
+	fill_x(x, (size_t)d);
+	fill_x(shh, (size_t)f);
+	random_routes(1, k, E, -1, sel, wts);
+	float *y1 = hmalloc((size_t)d * 4), *y2 = hmalloc((size_t)d * 4);
+	float *sref = hmalloc((size_t)d * 4), *smag = hmalloc((size_t)d * 4);
+	float *ref = hmalloc((size_t)d * 4), *mag = hmalloc((size_t)d * 4);
+	x4k_moe_routes r;
+	size_t rb = x4k_moe_routes_bytes(1, k, E, 4), eb = x4k_moe_experts_workspace_bytes(1, k, d, f);
+	void *rws = dalloc(rb), *ews = dalloc(eb), *dsdn = dput(sdn, sb);
+	float *dx = dput(x, (size_t)d * 4), *dsh = dput(shh, (size_t)f * 4), *dy = dalloc((size_t)d * 4);
+	int rc = x4k_moe_routes_init(&r, rws, rb, 1, k, E, 4, &err) ||
+		 x4_dev_upload(r.sel, sel, (size_t)k * 4, "sel", &err) ||
+		 x4_dev_upload(r.wts, wts, (size_t)k * 4, "wts", &err) ||
+		 x4k_moe_route_table(&r, st, &err);
+	for (int run = 0; !rc && run < 2; run++) {
+		poison(ews, eb);
+		poison(dy, (size_t)d * 4);
+		rc = x4k_moe_experts_sum(&r, w->type, dx, d, f, w->dg, w->du, w->ddn, sd_type, dsdn, dsh,
+					 ews, eb, dy, st, &err) ||
+		     x4_cuda_check(cudaStreamSynchronize(st), "x4k_moe_experts_sum", &err);
+		if (!rc)
+			dget(run ? y2 : y1, dy, (size_t)d * 4);
+	}
+	if (rc) {
+		T_OK(0, name, "%s: %s", cas, err.msg);
+	} else if (x4r_gemv(sd_type, sdn, d, f, shh, sref, smag, &err) ||
+		   x4r_moe_experts(w->type, 1, d, f, E, k, x, w->g, w->u, w->dn, sel, wts, sref, ref, mag,
+				   &err)) {
+		T_OK(0, name, "%s: reference: %s", cas, err.msg);
+	} else {
+		for (int i = 0; i < d; i++)
+			mag[i] += smag[i];
+		compare(name, cas, y1, ref, mag, (size_t)d);
+		char nm[128];
+		snprintf(nm, sizeof nm, "%s bit-identical rerun", name);
+		T_OK(!memcmp(y1, y2, (size_t)d * 4), nm, "%s: outputs differ", cas);
+	}
+	x4k_gemm_mma_set(was);
+	x4_dev_free(rws), x4_dev_free(ews), x4_dev_free(dsdn), x4_dev_free(dx), x4_dev_free(dsh);
+	x4_dev_free(dy);
+	free(sdn), free(x), free(shh), free(wts), free(sel), free(y1), free(y2), free(sref), free(smag);
+	free(ref), free(mag);
 }
 
 /* Tiles of one route take the row-staged gemv core where the rows are
@@ -327,6 +399,9 @@ static void test_moe_experts(void)
 	test_experts("model prefill", &full_w, 70, 4, 4, 9, 75);
 	test_experts_sum("model", &full_w, X4_T_IQ4_NL, 4, 98);
 	test_experts_sum("model, 3 routes", &full_w, X4_T_IQ4_NL, 3, 99);
+	test_experts_sum_tc("model", &full_w, X4_T_IQ4_NL, 4, 98);
+	test_experts_sum_tc("model, 3 routes", &full_w, X4_T_IQ4_NL, 3, 99);
+	test_experts_sum_tc("model, 1 route", &full_w, X4_T_IQ4_NL, 1, 105);
 	moe_w_free(&full_w);
 	/* the fused down at a small size (d 224: 14 blocks of 16 rows; d is a
 	 * multiple of 32 as the gate's columns must be) and where it does not
@@ -335,7 +410,18 @@ static void test_moe_experts(void)
 		struct moe_w a;
 		moe_w_make(&a, X4_T_IQ4_NL, 224, 256, 5, 100);
 		test_experts_sum("tiny", &a, X4_T_IQ4_NL, 2, 101);
+		/* the tensor cores' smallest: d 16 rows, f and d one 256-value range */
 		moe_w_free(&a);
+		moe_w_make(&a, X4_T_IQ4_NL, 256, 256, 5, 106);
+		test_experts_sum_tc("tiny", &a, X4_T_IQ4_NL, 2, 107);
+		moe_w_free(&a);
+		/* the largest they take: d 5120 (20 warps a gate/up block), top-4 */
+		moe_w_make(&a, X4_T_IQ4_NL, 5120, 1024, 8, 108);
+		test_experts_sum_tc("largest", &a, X4_T_IQ4_NL, 4, 109);
+		moe_w_free(&a);
+		/* odd d (224: 14 row tiles of 16, k not in 256s): the register core */
+		moe_w_make(&a, X4_T_IQ4_NL, 224, 256, 5, 100);
+		test_experts_sum_tc("tiny odd", &a, X4_T_IQ4_NL, 2, 101);
 		moe_w_make(&a, X4_T_IQ4_NL, 96, 160, 6, 102);
 		test_experts_sum("tiny, three launches", &a, X4_T_IQ4_NL, 2, 103);
 		moe_w_free(&a);
@@ -362,6 +448,7 @@ static void test_moe_experts(void)
 	/* Q8_0 experts beside an IQ4_NL shared expert (as x4-synth --expert-type
 	 * q8_0 writes them): the three launches */
 	test_experts_sum("model, three launches", &q8, X4_T_IQ4_NL, 4, 104);
+	test_experts_sum_tc("model, three launches", &q8, X4_T_IQ4_NL, 4, 104);
 	moe_w_free(&q8);
 	test_shape("larger decode", X4_T_Q8_0, 3584, 2048, 16, 96, 1, 8, 4, -1, 97);
 }

@@ -1,9 +1,15 @@
 /*
- * tcv.cuh - batch-1 IQ4_NL matrix-vector products on the tensor cores, a
- * kernel-lab prototype (bench/kernels/tcv.cu times and checks it; nothing in
- * the library calls it): the decode step's routed experts (gate and up with
- * the SwiGLU product; the downs with the weighted top-k sum and the shared
- * expert's down), and the plain and SwiGLU products of the dense shapes.
+ * gemv_tc.cuh - batch-1 IQ4_NL matrix-vector products on the tensor cores
+ * (sm_80 and later), the decode step's: the routed experts (gate and up
+ * with the SwiGLU product, moe_experts.cu's x4k_moe_experts_sum; then the
+ * downs with the weighted top-k sum and the shared expert's down), and the
+ * plain and SwiGLU products (gemv_quant.cu's x4k_gemv, x4k_gemv_swiglu).
+ * The library takes the tc8 core below with 256 values of k a warp (NG 1;
+ * 512, NG 2, where k needs more than 20 warps), under the products' switch
+ * (x4k_gemm_mma_set, the trunk's --gemm); everything else runs the
+ * register core of quant_dev.cuh.  The kernel lab (bench/kernels/tcv.cu)
+ * times both cores at both NG against the register core and checks them
+ * against float64 (bench/RESULTS.md 26).
  *
  * The weights are the library's rows (lib/blockfmt.h: 18-byte blocks, fp16
  * d then 16 bytes of nibbles, value j in byte j's low nibble and j + 16 in
@@ -67,15 +73,18 @@
  * different banks.
  *
  * sm_80 and later (cp.async, mma.sync): built for an older arch the kernels
- * are empty and the launchers refuse the device.
+ * are empty, and the launchers, which check the device on the host, leave
+ * the product to the register core.
  */
-#ifndef X4_TCV_CUH
-#define X4_TCV_CUH
+#ifndef X4_GEMV_TC_CUH
+#define X4_GEMV_TC_CUH
 
 #include <cuda_runtime.h>
 #include <cuda_fp16.h>
 #include <math.h>
 #include <stdint.h>
+
+#include <atomic>
 
 #include "x4.h"
 #include "x4_kern.h"
@@ -642,7 +651,7 @@ constexpr int MAX_THREADS = 32 * 20; /* the fused down of f 1024 in ranges of on
 
 template <class CORE, int MT, int NG, bool MOE>
 __global__ void __launch_bounds__(MAX_THREADS)
-rows_kernel(rows_args a)
+tc_rows_kernel(rows_args a)
 {
 	static_assert(MT == 1 || MT == 2, "a plain product or gate and up");
 	static_assert(!MOE || MT == 2, "the routed experts' gate and up");
@@ -723,7 +732,7 @@ constexpr int SUM_NM = 5;
 
 template <class CORE, int NG>
 __global__ void __launch_bounds__(MAX_THREADS)
-down_sum_kernel(x4k_moe_routes r, int d, int f, const uint8_t *__restrict__ down, const float *__restrict__ h,
+tc_down_sum_kernel(x4k_moe_routes r, int d, int f, const uint8_t *__restrict__ down, const float *__restrict__ h,
 		const uint8_t *__restrict__ sdown, const float *__restrict__ sh, float *__restrict__ y)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
@@ -748,7 +757,7 @@ down_sum_kernel(x4k_moe_routes r, int d, int f, const uint8_t *__restrict__ down
 		xv = sh;
 	}
 	typename CORE::template build<NG> bb;
-	if (w) { /* uniform over the warp; x first, as in rows_kernel */
+	if (w) { /* uniform over the warp; x first, as in tc_rows_kernel */
 		stage_x<NG>(cv.x, xv + (size_t)kw * NG * GROUP_QB * 32, lane);
 		const uint8_t *const rows0[1] = { w + (size_t)row0 * rb + (size_t)kw * NG * GROUP_BYTES };
 		stage<1, NG>(cv.w, rows0, rb, lane);
@@ -791,146 +800,122 @@ down_sum_kernel(x4k_moe_routes r, int d, int f, const uint8_t *__restrict__ down
 
 /* ======================= host ======================= */
 
-/* 0 where the current device runs the kernels (sm_80 and later), else
- * X4_EINVAL with the device's arch in e. */
-static inline int device_ok(x4_err *e)
-{
-	int dev = 0, major = 0, minor = 0;
-	if (cudaGetDevice(&dev) != cudaSuccess ||
-	    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-	    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
-		(void)cudaGetLastError();
-		return x4_err_set(e, X4_ECUDA, "tcv: no current CUDA device");
-	}
-	if (major < 8)
-		return x4_err_set(e, X4_EINVAL, "tcv: the tensor-core products need sm_80 or newer; "
-				  "cuda:%d is sm_%d%d", dev, major, minor);
-	return 0;
-}
-
-/* The dynamic shared memory a kernel takes, raised when a launch needs
- * more than the last (the lab's one device; `set` is the kernel's own). */
+/* Is the kernel runnable on the current device with `bytes` of dynamic
+ * shared memory: sm_80 or newer (x4m::enabled, which also reads the
+ * library's switch, x4k_gemm_mma_set), the opt-in allowing it, the
+ * attribute raised to it?  False sends the caller to the register core; a
+ * CUDA failure is cleared and reads as false too.  set: the bytes the
+ * attribute holds, per device (a kernel instance's own array). */
 template <typename K>
-static inline int smem_attr(K kernel, size_t bytes, size_t &set, x4_err *e)
+static bool smem_ready(K kernel, size_t bytes, std::atomic<size_t> (&set)[64])
 {
-	if (bytes > set) {
-		X4_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes),
-			    "tcv: the kernel's shared memory", e);
-		set = bytes;
+	int dev = 0, optin = 0;
+	if (!x4m::enabled() || cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) {
+		(void)cudaGetLastError();
+		return false;
 	}
-	return 0;
+	if (set[dev].load() >= bytes)
+		return true;
+	if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess ||
+	    (size_t)optin < bytes ||
+	    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes) != cudaSuccess) {
+		(void)cudaGetLastError();
+		return false;
+	}
+	set[dev].store(bytes);
+	return true;
 }
 
-/* The shape checks of every entry: n % 16, k in whole ranges of NG groups
- * over at most MAX_THREADS / 32 warps, 16-byte aligned rows and x. */
+/* The shapes the cores take: n % 16, k in whole ranges of NG groups over
+ * at most MAX_THREADS / 32 warps (warps_a_range: the matrices sharing the
+ * block), 16-byte aligned weights and x. */
 template <int NG>
-static inline int shape_ok(const char *op, int n, int k, int warps_a_range, const void *w, const void *x,
-			   x4_err *e)
+static inline bool shape_ok(int n, int k, int warps_a_range, const void *w, const void *x)
 {
 	const int per = NG * GROUP_QB * 32;
-	if (n <= 0 || n % ROWS || k <= 0 || k % per || k / per * warps_a_range > MAX_THREADS / 32 ||
-	    ((uintptr_t)w & 15) || ((uintptr_t)x & 15))
-		return x4_err_set(e, X4_EINVAL, "%s: %d x %d (rows a multiple of %d, columns of %d, at "
-				  "most %d warps; 16-byte aligned weights and x)", op, n, k, ROWS, per,
-				  MAX_THREADS / 32);
-	return 0;
+	return n > 0 && n % ROWS == 0 && k > 0 && k % per == 0 &&
+	       k / per * warps_a_range <= MAX_THREADS / 32 && !((uintptr_t)w & 15) && !((uintptr_t)x & 15);
 }
 
-/* y = W x (n x k IQ4_NL), one token. */
-template <class CORE, int NG = 2>
-static int gemv(const void *w, int n, int k, const float *x, float *y, cudaStream_t s, x4_err *e)
+/* The launchers: each returns false, launching nothing, where the device,
+ * the switch or the shape does not take the core (the caller then runs the
+ * register core), else true with the launch's error left for
+ * x4_cuda_launched.  IQ4_NL weights, one token. */
+
+/* y = W x (n x k). */
+template <class CORE, int NG>
+static bool gemv(const void *w, int n, int k, const float *x, float *y, cudaStream_t s)
 {
-	int rc = device_ok(e);
-	if (!rc)
-		rc = shape_ok<NG>("tcv gemv", n, k, 1, w, x, e);
-	if (rc)
-		return rc;
+	static std::atomic<size_t> set[64];
+	if (!shape_ok<NG>(n, k, 1, w, x))
+		return false;
 	const int nw = k / (NG * GROUP_QB * 32);
 	const size_t bytes = smem_words<1, NG>::of(nw) * 4;
-	static size_t done = 0;
-	if ((rc = smem_attr(rows_kernel<CORE, 1, NG, false>, bytes, done, e)))
-		return rc;
+	if (!smem_ready(tc_rows_kernel<CORE, 1, NG, false>, bytes, set))
+		return false;
 	rows_args a = {};
 	a.w0 = static_cast<const uint8_t *>(w), a.x = x, a.y = y, a.n = n, a.k = k;
-	x4p::launch(rows_kernel<CORE, 1, NG, false>, dim3(n / ROWS), dim3(32 * nw), bytes, s, a);
-	return x4_cuda_launched("tcv gemv: launch", e);
+	x4p::launch(tc_rows_kernel<CORE, 1, NG, false>, dim3(n / ROWS), dim3(32 * nw), bytes, s, a);
+	return true;
 }
 
-/* h = silu(W_gate x) * (W_up x), one token. */
-template <class CORE, int NG = 2>
-static int gemv_swiglu(const void *wg, const void *wu, int n, int k, const float *x, float *h, cudaStream_t s,
-		       x4_err *e)
+/* h = silu(W_gate x) * (W_up x). */
+template <class CORE, int NG>
+static bool gemv_swiglu(const void *wg, const void *wu, int n, int k, const float *x, float *h, cudaStream_t s)
 {
-	int rc = device_ok(e);
-	if (!rc)
-		rc = shape_ok<NG>("tcv gemv_swiglu", n, k, 1, wg, x, e);
-	if (!rc && ((uintptr_t)wu & 15))
-		rc = x4_err_set(e, X4_EINVAL, "tcv gemv_swiglu: up weights not 16-byte aligned");
-	if (rc)
-		return rc;
+	static std::atomic<size_t> set[64];
+	if (!shape_ok<NG>(n, k, 1, wg, x) || ((uintptr_t)wu & 15))
+		return false;
 	const int nw = k / (NG * GROUP_QB * 32);
 	const size_t bytes = smem_words<2, NG>::of(nw) * 4;
-	static size_t done = 0;
-	if ((rc = smem_attr(rows_kernel<CORE, 2, NG, false>, bytes, done, e)))
-		return rc;
+	if (!smem_ready(tc_rows_kernel<CORE, 2, NG, false>, bytes, set))
+		return false;
 	rows_args a = {};
 	a.w0 = static_cast<const uint8_t *>(wg), a.w1 = static_cast<const uint8_t *>(wu);
 	a.x = x, a.y = h, a.n = n, a.k = k;
-	x4p::launch(rows_kernel<CORE, 2, NG, false>, dim3(n / ROWS), dim3(32 * nw), bytes, s, a);
-	return x4_cuda_launched("tcv gemv_swiglu: launch", e);
+	x4p::launch(tc_rows_kernel<CORE, 2, NG, false>, dim3(n / ROWS), dim3(32 * nw), bytes, s, a);
+	return true;
 }
 
 /* The routed experts' gate and up with the SwiGLU product (x4k_moe_experts'
- * h: route-table row start of each tile, [f] each), one route a tile. */
-template <class CORE, int NG = 2>
-static int moe_gu(const x4k_moe_routes *r, const float *x, int d, int f, const void *gate, const void *up,
-		  float *h, cudaStream_t s, x4_err *e)
+ * h: route-table row start of each tile, [f] each), tiles of one route. */
+template <class CORE, int NG>
+static bool moe_gu(const x4k_moe_routes *r, const float *x, int d, int f, const void *gate, const void *up,
+		   float *h, cudaStream_t s)
 {
-	int rc = device_ok(e);
-	if (!rc)
-		rc = shape_ok<NG>("tcv moe_gu", f, d, 1, gate, x, e);
-	if (!rc && (r->tile != 1 && r->n_tok != 1))
-		rc = x4_err_set(e, X4_EINVAL, "tcv moe_gu: tiles of one route only (tile 1 or one token)");
-	if (!rc && ((uintptr_t)up & 15))
-		rc = x4_err_set(e, X4_EINVAL, "tcv moe_gu: up weights not 16-byte aligned");
-	if (rc)
-		return rc;
+	static std::atomic<size_t> set[64];
+	if (!shape_ok<NG>(f, d, 1, gate, x) || ((uintptr_t)up & 15) || (r->tile != 1 && r->n_tok != 1) ||
+	    r->max_tiles < 1)
+		return false;
 	const int nw = d / (NG * GROUP_QB * 32);
 	const size_t bytes = smem_words<2, NG>::of(nw) * 4;
-	static size_t done = 0;
-	if ((rc = smem_attr(rows_kernel<CORE, 2, NG, true>, bytes, done, e)))
-		return rc;
+	if (!smem_ready(tc_rows_kernel<CORE, 2, NG, true>, bytes, set))
+		return false;
 	rows_args a = {};
 	a.w0 = static_cast<const uint8_t *>(gate), a.w1 = static_cast<const uint8_t *>(up);
 	a.x = x, a.y = h, a.n = f, a.k = d, a.r = *r;
-	x4p::launch(rows_kernel<CORE, 2, NG, true>, dim3((unsigned)r->max_tiles, f / ROWS), dim3(32 * nw), bytes, s,
+	x4p::launch(tc_rows_kernel<CORE, 2, NG, true>, dim3((unsigned)r->max_tiles, f / ROWS), dim3(32 * nw), bytes, s,
 		    a);
-	return x4_cuda_launched("tcv moe_gu: launch", e);
+	return true;
 }
 
 /* One token's y = sum of wts * down(h) over its routes + the shared down of
- * sh (sdown may be NULL), x4k_moe_experts_sum's second launch. */
-template <class CORE, int NG = 2>
-static int moe_down_sum(const x4k_moe_routes *r, int d, int f, const void *down, const float *h,
-			const void *sdown, const float *sh, float *y, cudaStream_t s, x4_err *e)
+ * sh (sdown may be NULL): x4k_moe_experts_sum's second launch. */
+template <class CORE, int NG>
+static bool moe_down_sum(const x4k_moe_routes *r, int d, int f, const void *down, const float *h,
+			 const void *sdown, const float *sh, float *y, cudaStream_t s)
 {
-	int rc = device_ok(e);
-	if (!rc)
-		rc = shape_ok<NG>("tcv moe_down_sum", d, f, SUM_NM, down, h, e);
-	if (!rc && (r->n_tok != 1 || r->k > SUM_NM - 1 || ((uintptr_t)sdown & 15) || ((uintptr_t)sh & 15) ||
-		    (sdown && !sh)))
-		rc = x4_err_set(e, X4_EINVAL, "tcv moe_down_sum: one token of at most %d routes, 16-byte "
-				"aligned shared down and sh", SUM_NM - 1);
-	if (rc)
-		return rc;
+	static std::atomic<size_t> set[64];
+	if (!shape_ok<NG>(d, f, SUM_NM, down, h) || r->n_tok != 1 || r->k > SUM_NM - 1 ||
+	    ((uintptr_t)sdown & 15) || ((uintptr_t)sh & 15) || (sdown && !sh))
+		return false;
 	const int nw = SUM_NM * (f / (NG * GROUP_QB * 32));
 	const size_t bytes = smem_words<1, NG>::of(nw) * 4;
-	static size_t done = 0;
-	if ((rc = smem_attr(down_sum_kernel<CORE, NG>, bytes, done, e)))
-		return rc;
-	x4p::launch(down_sum_kernel<CORE, NG>, dim3(d / ROWS), dim3(32 * nw), bytes, s, *r, d, f,
+	if (!smem_ready(tc_down_sum_kernel<CORE, NG>, bytes, set))
+		return false;
+	x4p::launch(tc_down_sum_kernel<CORE, NG>, dim3(d / ROWS), dim3(32 * nw), bytes, s, *r, d, f,
 		    static_cast<const uint8_t *>(down), h, static_cast<const uint8_t *>(sdown), sh, y);
-	return x4_cuda_launched("tcv moe_down_sum: launch", e);
+	return true;
 }
 
 } /* namespace tcv */
