@@ -131,7 +131,7 @@ def decode_rows():
         hc = sum(float(r["us_step"]) for r in kern if r["class"] == "hc_gate")
         row("hc_gate_us", ctx, "%.2f" % (hc / 80), "us", cmd + " (hc_gate class / 80 sublayers)")
         att = sum(float(r["us_step"]) for r in kern if r["class"] == "attention"
-                  and re.search(r"mla_attn|mla_combine|mla_decode|attend", r["name"]))
+                  and re.search(r"mla_attn|mla_combine|mla_decode|mla_mma_kernel|attend", r["name"]))
         row("attn_layer_us", ctx, "%.2f" % (att / 40), "us", cmd + " (decode attention kernels / 40 layers)")
         fam = {}
         for r in kern:
