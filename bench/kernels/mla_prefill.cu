@@ -25,7 +25,15 @@
  * change the arithmetic); the program exits 1 if Y > 1e-5, a value is not
  * finite or the bits differ.
  *
- *   make bench-kernels CUDA_ARCH=90 && build/bench/mla_prefill [new|all]
+ * `long` times only the tensor-core kernel, a 4096-token chunk (the
+ * runtime's chunk on the H200) ending at 4096, 65536, 131072, 196608 and
+ * 262144 positions of a 262,144-row cache, checks the last against the
+ * fp32 kernel once, and fits the time of a chunk-layer as a line in the
+ * context: the sum over the 64 chunks of a 262,144-token prefill, times
+ * the model's layers, is that prefill's attention (a measurement a chunk at
+ * a time, where the whole prefill runs past one device call).
+ *
+ *   make bench-kernels CUDA_ARCH=90 && build/bench/mla_prefill [new|all|long]
  */
 #include <math.h>
 
@@ -36,12 +44,75 @@
 typedef int (*pfa_fn)(int, int, int, int, const float *, const uint16_t *, int, const int *, float,
 		      float *, cudaStream_t, x4_err *);
 
+/* `long`: see the head of the file.  0, or 1 on a failed check. */
+static int long_ctx(lab *L, const x4_config &c)
+{
+	const int n_head = c.n_head, kv_lora = c.kv_lora, d_rope = c.d_rope, cw = kv_lora + d_rope;
+	const int max_ctx = 262144, n = 4096;
+	const size_t nq = (size_t)n * n_head * cw, nob = (size_t)n * n_head * kv_lora;
+	uint16_t *cache = (uint16_t *)lab_alloc((size_t)max_ctx * cw * 2);
+	float *qt = (float *)lab_alloc(nq * 4), *ob = (float *)lab_alloc(nob * 4), *ref = (float *)lab_alloc(nob * 4);
+	lab_fill_normal<<<1024, 256>>>(NULL, cache, (size_t)max_ctx * cw, 61, 1.0f);
+	lab_fill_normal<<<1024, 256>>>(qt, NULL, nq, 62, 1.2f);
+	LAB_CK(cudaGetLastError());
+	int *pos = lab_int(0);
+	LAB_CK(cudaDeviceSynchronize());
+	x4_err e = { 0 };
+	const int ctxs[] = { 4096, 65536, 131072, 196608, 262144 };
+	double sx = 0, sy = 0, sxx = 0, sxy = 0;
+	const int m = (int)(sizeof ctxs / sizeof ctxs[0]);
+	for (int ctx : ctxs) {
+		const int p = ctx - n;
+		LAB_CK(cudaMemcpy(pos, &p, sizeof p, cudaMemcpyHostToDevice));
+		char nm[64];
+		snprintf(nm, sizeof nm, "t%d_ctx%d_of_%d", n, ctx, max_ctx);
+		const double bytes = (double)ctx * cw * 2 + 4.0 * n * n_head * (cw + kv_lora);
+		const double rows = (double)n * p + 0.5 * n * (n + 1.0);
+		const double us = lab_time_us(L, [&] {
+			LAB_X4(x4k_mla_prefill_mma(n, n_head, kv_lora, d_rope, qt, cache, max_ctx, pos, c.kq_scale,
+						   ob, L->s, &e), e);
+		});
+		lab_row(L, "mla_prefill", "mma", nm, bytes, us, 2.0 * rows * n_head * (cw + kv_lora));
+		sx += ctx, sy += us, sxx += (double)ctx * ctx, sxy += (double)ctx * us;
+	}
+	/* the last chunk against the fp32 kernel, once */
+	LAB_X4(x4k_mla_prefill(n, n_head, kv_lora, d_rope, qt, cache, max_ctx, pos, c.kq_scale, ref, L->s, &e), e);
+	LAB_CK(cudaStreamSynchronize(L->s));
+	std::vector<float> a(nob), b(nob);
+	LAB_CK(cudaMemcpy(a.data(), ob, nob * 4, cudaMemcpyDeviceToHost));
+	LAB_CK(cudaMemcpy(b.data(), ref, nob * 4, cudaMemcpyDeviceToHost));
+	double dmax = 0, omax = 0;
+	bool finite = true;
+	for (size_t i = 0; i < nob; i++) {
+		finite = finite && isfinite(a[i]) && isfinite(b[i]);
+		dmax = fmax(dmax, fabs((double)a[i] - b[i]));
+		omax = fmax(omax, fabs((double)b[i]));
+	}
+	const double rel = omax > 0 ? dmax / omax : dmax;
+	const bool ok = finite && rel <= 1e-5;
+	fprintf(stderr, "# mma check t%d_ctx%d_of_%d: max rel diff %.3g against the fp32 kernel%s%s\n", n, max_ctx,
+		max_ctx, rel, finite ? "" : ", NOT FINITE", ok ? "" : "  <- FAIL");
+	const double slope = (m * sxy - sx * sy) / (m * sxx - sx * sx), icpt = (sy - slope * sx) / m;
+	double sum = 0;
+	for (int i = 1; i <= max_ctx / n; i++)
+		sum += icpt + slope * (double)i * n;
+	fprintf(stderr, "# long: a %d-token chunk-layer takes %.1f + %.5f x context us (fit over %d contexts); "
+		"the %d chunks of a %d-token prefill sum to %.2f s a layer, %.0f s over %d layers\n", n, icpt,
+		slope, m, max_ctx / n, max_ctx, sum * 1e-6, sum * 1e-6 * c.n_block, c.n_block);
+	return ok ? 0 : 1;
+}
+
 int main(int argc, char **argv)
 {
 	lab L;
-	lab_init(&L, argc, argv, "times the prefill attention, fp32 and tensor cores, chunks of 64, "
-		 "512 and 2048 tokens, contexts to 32768");
+	const bool long_mode = argc > 1 && !strcmp(argv[1], "long");
+	char *nargv[] = { argv[0], (char *)"new", nullptr };
+	lab_init(&L, long_mode ? 2 : argc, long_mode ? nargv : argv, "times the prefill attention, fp32 and "
+		 "tensor cores, chunks of 64, 512 and 2048 tokens, contexts to 32768; `long`: 4096-token "
+		 "chunks to 262144");
 	const x4_config c = lab_model();
+	if (long_mode)
+		return long_ctx(&L, c);
 	const int n_head = c.n_head, kv_lora = c.kv_lora, d_rope = c.d_rope, cw = kv_lora + d_rope;
 	const int max_ctx = 32768, TMAX = 2048;
 	const size_t nq = (size_t)TMAX * n_head * cw, nob_max = (size_t)TMAX * n_head * kv_lora;
