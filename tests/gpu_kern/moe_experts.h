@@ -180,11 +180,69 @@ out:
 	free(x), free(sh), free(sel), free(wts), free(ref), free(mag), free(y1), free(y2);
 }
 
+/* One token's x4k_moe_experts_sum case: the shared down's weights, x, the
+ * shared expert's h, k random routes and their table, on the host and the
+ * device (from seed). */
+struct sum_case {
+	int d, f, E, k, sd_type;
+	size_t sb, eb;
+	uint8_t *sdn;
+	float *x, *shh, *wts;
+	int32_t *sel;
+	x4k_moe_routes r;
+	void *rws, *ews, *dsdn;
+	float *dx, *dsh, *dy;
+};
+
+static int sum_case_make(struct sum_case *c, const struct moe_w *w, int sd_type, int k, uint64_t seed)
+{
+	const int d = w->d, f = w->f, E = w->n_expert;
+	c->d = d, c->f = f, c->E = E, c->k = k, c->sd_type = sd_type;
+	rng_seed(seed);
+	c->sb = x4_type_bytes(sd_type, (uint64_t)d * f);
+	c->sdn = hmalloc(c->sb);
+	fill_weights(sd_type, c->sdn, (size_t)d, f);
+	c->x = hmalloc((size_t)d * 4), c->shh = hmalloc((size_t)f * 4), c->wts = hmalloc((size_t)k * 4);
+	c->sel = hmalloc((size_t)k * 4);
+	fill_x(c->x, (size_t)d);
+	fill_x(c->shh, (size_t)f);
+	random_routes(1, k, E, -1, c->sel, c->wts);
+	const size_t rb = x4k_moe_routes_bytes(1, k, E, 4);
+	c->eb = x4k_moe_experts_workspace_bytes(1, k, d, f);
+	c->rws = dalloc(rb), c->ews = dalloc(c->eb), c->dsdn = dput(c->sdn, c->sb);
+	c->dx = dput(c->x, (size_t)d * 4), c->dsh = dput(c->shh, (size_t)f * 4), c->dy = dalloc((size_t)d * 4);
+	return x4k_moe_routes_init(&c->r, c->rws, rb, 1, k, E, 4, &err) ||
+	       x4_dev_upload(c->r.sel, c->sel, (size_t)k * 4, "sel", &err) ||
+	       x4_dev_upload(c->r.wts, c->wts, (size_t)k * 4, "wts", &err) ||
+	       x4k_moe_route_table(&c->r, st, &err);
+}
+
+/* x4k_moe_experts_sum on the case into y (host, [d]), the workspace and
+ * the output poisoned first. */
+static int sum_case_run(struct sum_case *c, const struct moe_w *w, float *y)
+{
+	poison(c->ews, c->eb);
+	poison(c->dy, (size_t)c->d * 4);
+	int rc = x4k_moe_experts_sum(&c->r, w->type, c->dx, c->d, c->f, w->dg, w->du, w->ddn, c->sd_type,
+				     c->dsdn, c->dsh, c->ews, c->eb, c->dy, st, &err) ||
+		 x4_cuda_check(cudaStreamSynchronize(st), "x4k_moe_experts_sum", &err);
+	if (!rc)
+		dget(y, c->dy, (size_t)c->d * 4);
+	return rc;
+}
+
+static void sum_case_free(struct sum_case *c)
+{
+	x4_dev_free(c->rws), x4_dev_free(c->ews), x4_dev_free(c->dsdn), x4_dev_free(c->dx);
+	x4_dev_free(c->dsh), x4_dev_free(c->dy);
+	free(c->sdn), free(c->x), free(c->shh), free(c->wts), free(c->sel);
+}
+
 /* x4k_moe_experts_sum (one token: the experts and both downs summed in the
- * fused down kernel where it applies, else three launches) against the
- * three launches it stands for, x4k_moe_experts + x4k_gemv of the shared
- * down + x4k_moe_reduce, which test_experts checks against the reference:
- * the same bits, on every run. */
+ * fused down kernel where it applies, else three launches) with the
+ * products' switch off, against the three launches it stands for,
+ * x4k_moe_experts + x4k_gemv of the shared down + x4k_moe_reduce, which
+ * test_experts checks against the reference: the same bits, on every run. */
 static void test_experts_sum(const char *label, const struct moe_w *w, int sd_type, int k,
 			     uint64_t seed)
 {
@@ -199,47 +257,25 @@ static void test_experts_sum(const char *label, const struct moe_w *w, int sd_ty
 		return;
 	const int was = x4k_gemm_mma_get();
 	x4k_gemm_mma_set(0); /* the register core's bits (test_experts_sum_tc: the tensor cores') */
-	rng_seed(seed);
-	size_t sb = x4_type_bytes(sd_type, (uint64_t)d * f);
-	uint8_t *sdn = hmalloc(sb);
-	fill_weights(sd_type, sdn, (size_t)d, f);
-	float *x = hmalloc((size_t)d * 4), *shh = hmalloc((size_t)f * 4), *wts = hmalloc((size_t)k * 4);
-	int32_t *sel = hmalloc((size_t)k * 4);
-	fill_x(x, (size_t)d);
-	fill_x(shh, (size_t)f);
-	random_routes(1, k, E, -1, sel, wts);
+	struct sum_case c;
 	float *y1 = hmalloc((size_t)d * 4), *y2 = hmalloc((size_t)d * 4), *y3 = hmalloc((size_t)d * 4);
-	x4k_moe_routes r;
-	size_t rb = x4k_moe_routes_bytes(1, k, E, 4), eb = x4k_moe_experts_workspace_bytes(1, k, d, f);
-	void *rws = dalloc(rb), *ews = dalloc(eb), *dsdn = dput(sdn, sb);
-	float *dx = dput(x, (size_t)d * 4), *dsh = dput(shh, (size_t)f * 4);
-	float *dshared = dalloc((size_t)d * 4), *dy = dalloc((size_t)d * 4);
+	float *dshared = dalloc((size_t)d * 4);
 	const float *out;
-	int rc = x4k_moe_routes_init(&r, rws, rb, 1, k, E, 4, &err) ||
-		 x4_dev_upload(r.sel, sel, (size_t)k * 4, "sel", &err) ||
-		 x4_dev_upload(r.wts, wts, (size_t)k * 4, "wts", &err) ||
-		 x4k_moe_route_table(&r, st, &err) ||
-		 x4k_moe_experts(&r, w->type, dx, d, f, w->dg, w->du, w->ddn, ews, eb, &out, st, &err) ||
-		 x4k_gemv(sd_type, dsdn, d, f, dsh, dshared, st, &err) ||
-		 x4k_moe_reduce(&r, out, dshared, d, dy, st, &err) ||
+	int rc = sum_case_make(&c, w, sd_type, k, seed) ||
+		 x4k_moe_experts(&c.r, w->type, c.dx, d, f, w->dg, w->du, w->ddn, c.ews, c.eb, &out, st, &err) ||
+		 x4k_gemv(sd_type, c.dsdn, d, f, c.dsh, dshared, st, &err) ||
+		 x4k_moe_reduce(&c.r, out, dshared, d, c.dy, st, &err) ||
 		 x4_cuda_check(cudaStreamSynchronize(st), "three launches", &err);
 	if (!rc)
-		dget(y1, dy, (size_t)d * 4);
-	for (int run = 0; !rc && run < 2; run++) {
-		poison(ews, eb);
-		poison(dy, (size_t)d * 4);
-		rc = x4k_moe_experts_sum(&r, w->type, dx, d, f, w->dg, w->du, w->ddn, sd_type, dsdn, dsh,
-					 ews, eb, dy, st, &err) ||
-		     x4_cuda_check(cudaStreamSynchronize(st), "x4k_moe_experts_sum", &err);
-		if (!rc)
-			dget(run ? y3 : y2, dy, (size_t)d * 4);
-	}
+		dget(y1, c.dy, (size_t)d * 4);
+	if (!rc)
+		rc = sum_case_run(&c, w, y2) || sum_case_run(&c, w, y3);
 	T_OK(!rc && !memcmp(y1, y2, (size_t)d * 4) && !memcmp(y2, y3, (size_t)d * 4), name, "%s: %s",
 	     cas, rc ? err.msg : "outputs differ");
 	x4k_gemm_mma_set(was);
-	x4_dev_free(rws), x4_dev_free(ews), x4_dev_free(dsdn), x4_dev_free(dx), x4_dev_free(dsh);
-	x4_dev_free(dshared), x4_dev_free(dy);
-	free(sdn), free(x), free(shh), free(wts), free(sel), free(y1), free(y2), free(y3);
+	sum_case_free(&c);
+	x4_dev_free(dshared);
+	free(y1), free(y2), free(y3);
 }
 
 /* x4k_moe_experts_sum with the products' switch on (x4k_gemm_mma_set(1)):
@@ -261,40 +297,16 @@ static void test_experts_sum_tc(const char *label, const struct moe_w *w, int sd
 		return;
 	const int was = x4k_gemm_mma_get();
 	x4k_gemm_mma_set(1);
-	rng_seed(seed);
-	size_t sb = x4_type_bytes(sd_type, (uint64_t)d * f);
-	uint8_t *sdn = hmalloc(sb);
-	fill_weights(sd_type, sdn, (size_t)d, f);
-	float *x = hmalloc((size_t)d * 4), *shh = hmalloc((size_t)f * 4), *wts = hmalloc((size_t)k * 4);
-	int32_t *sel = hmalloc((size_t)k * 4);
-	fill_x(x, (size_t)d);
-	fill_x(shh, (size_t)f);
-	random_routes(1, k, E, -1, sel, wts);
+	struct sum_case c;
 	float *y1 = hmalloc((size_t)d * 4), *y2 = hmalloc((size_t)d * 4);
 	float *sref = hmalloc((size_t)d * 4), *smag = hmalloc((size_t)d * 4);
 	float *ref = hmalloc((size_t)d * 4), *mag = hmalloc((size_t)d * 4);
-	x4k_moe_routes r;
-	size_t rb = x4k_moe_routes_bytes(1, k, E, 4), eb = x4k_moe_experts_workspace_bytes(1, k, d, f);
-	void *rws = dalloc(rb), *ews = dalloc(eb), *dsdn = dput(sdn, sb);
-	float *dx = dput(x, (size_t)d * 4), *dsh = dput(shh, (size_t)f * 4), *dy = dalloc((size_t)d * 4);
-	int rc = x4k_moe_routes_init(&r, rws, rb, 1, k, E, 4, &err) ||
-		 x4_dev_upload(r.sel, sel, (size_t)k * 4, "sel", &err) ||
-		 x4_dev_upload(r.wts, wts, (size_t)k * 4, "wts", &err) ||
-		 x4k_moe_route_table(&r, st, &err);
-	for (int run = 0; !rc && run < 2; run++) {
-		poison(ews, eb);
-		poison(dy, (size_t)d * 4);
-		rc = x4k_moe_experts_sum(&r, w->type, dx, d, f, w->dg, w->du, w->ddn, sd_type, dsdn, dsh,
-					 ews, eb, dy, st, &err) ||
-		     x4_cuda_check(cudaStreamSynchronize(st), "x4k_moe_experts_sum", &err);
-		if (!rc)
-			dget(run ? y2 : y1, dy, (size_t)d * 4);
-	}
+	int rc = sum_case_make(&c, w, sd_type, k, seed) || sum_case_run(&c, w, y1) || sum_case_run(&c, w, y2);
 	if (rc) {
 		T_OK(0, name, "%s: %s", cas, err.msg);
-	} else if (x4r_gemv(sd_type, sdn, d, f, shh, sref, smag, &err) ||
-		   x4r_moe_experts(w->type, 1, d, f, E, k, x, w->g, w->u, w->dn, sel, wts, sref, ref, mag,
-				   &err)) {
+	} else if (x4r_gemv(sd_type, c.sdn, d, f, c.shh, sref, smag, &err) ||
+		   x4r_moe_experts(w->type, 1, d, f, E, k, c.x, w->g, w->u, w->dn, c.sel, c.wts, sref, ref,
+				   mag, &err)) {
 		T_OK(0, name, "%s: reference: %s", cas, err.msg);
 	} else {
 		for (int i = 0; i < d; i++)
@@ -305,10 +317,8 @@ static void test_experts_sum_tc(const char *label, const struct moe_w *w, int sd
 		T_OK(!memcmp(y1, y2, (size_t)d * 4), nm, "%s: outputs differ", cas);
 	}
 	x4k_gemm_mma_set(was);
-	x4_dev_free(rws), x4_dev_free(ews), x4_dev_free(dsdn), x4_dev_free(dx), x4_dev_free(dsh);
-	x4_dev_free(dy);
-	free(sdn), free(x), free(shh), free(wts), free(sel), free(y1), free(y2), free(sref), free(smag);
-	free(ref), free(mag);
+	sum_case_free(&c);
+	free(y1), free(y2), free(sref), free(smag), free(ref), free(mag);
 }
 
 /* Tiles of one route take the row-staged gemv core where the rows are
