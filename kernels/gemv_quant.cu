@@ -408,7 +408,7 @@ extern "C" int x4k_gemv(int type, const void *w, int n, int k, const float *x, f
 	const uint8_t *wb = static_cast<const uint8_t *>(w);
 	switch (type) {
 	case X4_T_IQ4_NL:
-		if (!tcv::gemv<tcv::core8, 1>(w, n, k, x, y, s) && !tcv::gemv<tcv::core8, 2>(w, n, k, x, y, s))
+		if (!tcv::lib_gemv(w, n, k, x, y, s))
 			gemv_kernel<X4_T_IQ4_NL><<<grid, block, 0, s>>>(wb, n, k, x, y);
 		break;
 	case X4_T_Q6_K:
@@ -458,8 +458,7 @@ extern "C" int x4k_gemv_swiglu(int type, const void *w_gate, const void *w_up, i
 		return x4_err_set(e, X4_EINVAL, "x4k_gemv_swiglu: NULL input or output");
 	if (n == 0)
 		return 0;
-	if (type == X4_T_IQ4_NL && (tcv::gemv_swiglu<tcv::core8, 1>(w_gate, w_up, n, k, x, h, s) ||
-				    tcv::gemv_swiglu<tcv::core8, 2>(w_gate, w_up, n, k, x, h, s)))
+	if (type == X4_T_IQ4_NL && tcv::lib_gemv_swiglu(w_gate, w_up, n, k, x, h, s))
 		return x4_cuda_launched("x4k_gemv_swiglu: tensor-core launch", e);
 	if (type == X4_T_IQ4_NL && k % 256 == 0 && k / 256 <= IQ_THREADS && !((uintptr_t)w_gate & 15) &&
 	    !((uintptr_t)w_up & 15) && !((uintptr_t)x & 15)) {

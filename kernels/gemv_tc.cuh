@@ -840,7 +840,8 @@ static inline bool shape_ok(int n, int k, int warps_a_range, const void *w, cons
 /* The launchers: each returns false, launching nothing, where the device,
  * the switch or the shape does not take the core (the caller then runs the
  * register core), else true with the launch's error left for
- * x4_cuda_launched.  IQ4_NL weights, one token. */
+ * x4_cuda_launched (the MoE pair's with run false: true where it would
+ * launch, nothing launched).  IQ4_NL weights, one token. */
 
 /* y = W x (n x k). */
 template <class CORE, int NG>
@@ -881,7 +882,7 @@ static bool gemv_swiglu(const void *wg, const void *wu, int n, int k, const floa
  * h: route-table row start of each tile, [f] each), tiles of one route. */
 template <class CORE, int NG>
 static bool moe_gu(const x4k_moe_routes *r, const float *x, int d, int f, const void *gate, const void *up,
-		   float *h, cudaStream_t s)
+		   float *h, cudaStream_t s, bool run = true)
 {
 	static std::atomic<size_t> set[64];
 	if (!shape_ok<NG>(f, d, 1, gate, x) || ((uintptr_t)up & 15) || (r->tile != 1 && r->n_tok != 1) ||
@@ -891,6 +892,8 @@ static bool moe_gu(const x4k_moe_routes *r, const float *x, int d, int f, const 
 	const size_t bytes = smem_words<2, NG>::of(nw) * 4;
 	if (!smem_ready(tc_rows_kernel<CORE, 2, NG, true>, bytes, set))
 		return false;
+	if (!run)
+		return true;
 	rows_args a = {};
 	a.w0 = static_cast<const uint8_t *>(gate), a.w1 = static_cast<const uint8_t *>(up);
 	a.x = x, a.y = h, a.n = f, a.k = d, a.r = *r;
@@ -903,7 +906,7 @@ static bool moe_gu(const x4k_moe_routes *r, const float *x, int d, int f, const 
  * sh (sdown may be NULL): x4k_moe_experts_sum's second launch. */
 template <class CORE, int NG>
 static bool moe_down_sum(const x4k_moe_routes *r, int d, int f, const void *down, const float *h,
-			 const void *sdown, const float *sh, float *y, cudaStream_t s)
+			 const void *sdown, const float *sh, float *y, cudaStream_t s, bool run = true)
 {
 	static std::atomic<size_t> set[64];
 	if (!shape_ok<NG>(d, f, SUM_NM, down, h) || r->n_tok != 1 || r->k > SUM_NM - 1 ||
@@ -913,8 +916,42 @@ static bool moe_down_sum(const x4k_moe_routes *r, int d, int f, const void *down
 	const size_t bytes = smem_words<1, NG>::of(nw) * 4;
 	if (!smem_ready(tc_down_sum_kernel<CORE, NG>, bytes, set))
 		return false;
+	if (!run)
+		return true;
 	x4p::launch(tc_down_sum_kernel<CORE, NG>, dim3(d / ROWS), dim3(32 * nw), bytes, s, *r, d, f,
 		    static_cast<const uint8_t *>(down), h, static_cast<const uint8_t *>(sdown), sh, y);
+	return true;
+}
+
+/* The library's core, one definition of the choice: tc8 with 256 values of
+ * k a warp (the lab's best, bench/RESULTS.md 26), 512 where k needs more
+ * than 20 warps of 256.  Templates, so that a file that includes this and
+ * calls one instantiates only its kernels. */
+template <class CORE = core8>
+static bool lib_gemv(const void *w, int n, int k, const float *x, float *y, cudaStream_t s)
+{
+	return gemv<CORE, 1>(w, n, k, x, y, s) || gemv<CORE, 2>(w, n, k, x, y, s);
+}
+
+template <class CORE = core8>
+static bool lib_gemv_swiglu(const void *wg, const void *wu, int n, int k, const float *x, float *h,
+				   cudaStream_t s)
+{
+	return gemv_swiglu<CORE, 1>(wg, wu, n, k, x, h, s) || gemv_swiglu<CORE, 2>(wg, wu, n, k, x, h, s);
+}
+
+/* One token's MoE, both launches or neither (h: the gate/up rows the down
+ * reads, x4k_moe_experts' workspace). */
+template <class CORE = core8>
+static bool lib_moe_sum(const x4k_moe_routes *r, const float *x, int d, int f, const void *gate,
+			       const void *up, const void *down, float *h, const void *sdown, const float *sh,
+			       float *y, cudaStream_t s)
+{
+	if (!moe_gu<CORE, 1>(r, x, d, f, gate, up, h, s, false) ||
+	    !moe_down_sum<CORE, 1>(r, d, f, down, h, sdown, sh, y, s, false))
+		return false;
+	moe_gu<CORE, 1>(r, x, d, f, gate, up, h, s);
+	moe_down_sum<CORE, 1>(r, d, f, down, h, sdown, sh, y, s);
 	return true;
 }
 

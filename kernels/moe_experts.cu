@@ -574,15 +574,12 @@ static int experts_check(const x4k_moe_routes *r, int type, const float *x, int 
 	return 0;
 }
 
-/* x4k_moe_experts; with_down false: gate and up only (h in ws), for the
- * fused down of x4k_moe_experts_sum. */
+/* x4k_moe_experts after experts_check; with_down false: gate and up only
+ * (h in ws), for the fused down of x4k_moe_experts_sum. */
 static int experts(const x4k_moe_routes *r, int type, const float *x, int d, int f, const void *gate,
-		   const void *up, const void *down, void *ws, size_t ws_bytes, const float **out,
-		   bool with_down, cudaStream_t s, x4_err *e)
+		   const void *up, const void *down, void *ws, const float **out, bool with_down,
+		   cudaStream_t s, x4_err *e)
 {
-	int rc = experts_check(r, type, x, d, f, gate, up, down, ws, ws_bytes, e);
-	if (rc)
-		return rc;
 	const size_t nr = (size_t)r->n_tok * r->k;
 	float *h = static_cast<float *>(ws);
 	float *o = reinterpret_cast<float *>(static_cast<uint8_t *>(ws) + align256(nr * f * 4));
@@ -600,7 +597,8 @@ extern "C" int x4k_moe_experts(const x4k_moe_routes *r, int type, const float *x
 			       const void *gate, const void *up, const void *down, void *ws,
 			       size_t ws_bytes, const float **out, cudaStream_t s, x4_err *e)
 {
-	return experts(r, type, x, d, f, gate, up, down, ws, ws_bytes, out, true, s, e);
+	const int rc = experts_check(r, type, x, d, f, gate, up, down, ws, ws_bytes, e);
+	return rc ? rc : experts(r, type, x, d, f, gate, up, down, ws, out, true, s, e);
 }
 
 /* The fused down applies: one token, at most SMALL_NV routes, IQ4_NL rows
@@ -635,16 +633,11 @@ extern "C" int x4k_moe_experts_sum(const x4k_moe_routes *r, int type, const floa
 		rc = experts_check(r, type, x, d, f, gate, up, down, ws, ws_bytes, e);
 	if (rc || r->n_tok == 0)
 		return rc;
-	/* The tensor cores (gemv_tc.cuh) where the device, the switch and the
-	 * shapes take both launches; the second refusing after the first ran
-	 * (nothing at the model's shapes) leaves h to the register core's
-	 * launch below, which writes it again. */
-	if (r->k > 0 && tcv::moe_gu<tcv::core8, 1>(r, x, d, f, gate, up, h, s)) {
-		X4_CUDA_TRY(cudaGetLastError(), "x4k_moe_experts_sum: tensor-core gate/up launch", e);
-		if (tcv::moe_down_sum<tcv::core8, 1>(r, d, f, down, h, sdown, sh, y, s))
-			return x4_cuda_launched("x4k_moe_experts_sum: tensor-core down launch", e);
-	}
-	if ((rc = experts(r, type, x, d, f, gate, up, down, ws, ws_bytes, nullptr, false, s, e)))
+	/* the tensor cores (gemv_tc.cuh) where the device, the switch and the
+	 * shapes take both launches */
+	if (r->k > 0 && tcv::lib_moe_sum(r, x, d, f, gate, up, down, h, sdown, sh, y, s))
+		return x4_cuda_launched("x4k_moe_experts_sum: tensor-core launches", e);
+	if ((rc = experts(r, type, x, d, f, gate, up, down, ws, nullptr, false, s, e)))
 		return rc;
 	const unsigned blocks = (unsigned)((d + GEMV_WARPS * SUM_ROWS - 1) / (GEMV_WARPS * SUM_ROWS));
 	moe_down_sum_kernel<X4_T_IQ4_NL><<<blocks, GEMV_WARPS * 32, 0, s>>>(
