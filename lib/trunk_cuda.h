@@ -22,6 +22,17 @@ typedef struct x4_block_dev {
 #undef X4_FIELD_
 } x4_block_dev;
 
+/* The persistent decode step's view of a trunk (lib/cuda/step_host.c):
+ * its layers from the bindings hw and the tensors' addresses d (device
+ * pointers in the trunk, host pointers in the step's CPU emulator), the
+ * cache [n_block][max_ctx][cw]; and its parameters over the workspace w
+ * (the step's own piece, w->step_ws, included).  The clock is off. */
+void x4_step_layers(const x4_config *c, const x4_block_w *hw, const x4_block_dev *d,
+		    uint16_t *cache, int max_ctx, x4k_step_layer *out);
+void x4_step_params(const x4_config *c, const x4_block_w *hw, const x4k_step_layer *layers,
+		    const void *token_embd, const void *output_norm, const void *output, int max_ctx,
+		    const x4_cuda_ws *w, x4k_step_params *p);
+
 struct x4_trunk_cuda {
 	const x4_model *m;
 	const x4_config *c;

@@ -96,6 +96,8 @@ typedef struct x4_cuda_ws {
 	size_t exp_ws_bytes;
 	void *att_ws;        /* x4k_mla_decode_workspace_bytes(max_ctx) */
 	size_t att_ws_bytes;
+	void *step_ws;       /* x4k_step_workspace_bytes: the persistent decode step's */
+	size_t step_ws_bytes;
 	int32_t *ids;        /* [T] */
 	int *pos;            /* [1] the position of the chunk's first token */
 	float *omega;        /* [d_rope/2] YaRN frequencies */

@@ -80,6 +80,7 @@ int __shfl_sync(unsigned mask, int v, int src);
 
 /* the runtime API, enough to parse the launchers */
 typedef void *cudaStream_t;
+typedef void *cudaGraphExec_t;
 enum cudaError_t { cudaSuccess = 0, cudaErrorInvalidValue = 1 };
 enum cudaDeviceAttr { cudaDevAttrComputeCapabilityMajor, cudaDevAttrComputeCapabilityMinor,
 		      cudaDevAttrMaxSharedMemoryPerBlockOptin };

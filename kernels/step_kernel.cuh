@@ -1,0 +1,518 @@
+/*
+ * step_kernel.cuh - the persistent decode step's kernel (x4k_step; the
+ * launcher is kernels/step.cu, docs/step.md): the phases' prologues that
+ * are not weight streams (the norms, the cache row, q's rope, the
+ * attention, the combine, the router's choice, the head's norm) and the
+ * kernel that runs every phase in order, on step_tasks.cuh's phases.
+ * Separate from step.cu so that the CPU emulator (bench/emu) compiles the
+ * same text.
+ */
+#ifndef X4_STEP_KERNEL_CUH
+#define X4_STEP_KERNEL_CUH
+
+#include "moe_dev.cuh"
+#include "step_tasks.cuh"
+
+namespace x4s {
+
+/* ---------------- A2, A3, A5, A6, F2, F3 and head prologues ---------------- */
+
+/* A2: c_q = RMS_q_a_norm(cq) into xs; on the last block also the cache
+ * row (docs/forward.md 6.1, 6.3: kv_store_kernel's expressions). */
+template <int NW> __device__ void pro_qnorm(Blk<NW> &B, const x4k_step_layer *L)
+{
+	constexpr int NT = 32 * NW;
+	const x4k_step_params &p = *B.p;
+	const int ql = p.q_lora;
+	float ss = 0.f;
+	for (int i = B.tid; i < ql; i += NT) {
+		const float v = ldcg(p.cq + i);
+		B.xs[i] = v;
+		ss = fmaf(v, v, ss);
+	}
+	ss = x4c::block_sum(ss, B.red);
+	const float inv = 1.0f / sqrtf(ss / (float)ql + p.eps);
+	for (int i = B.tid; i < ql; i += NT)
+		B.xs[i] = (B.xs[i] * inv) * L->q_a_norm[i];
+	if (B.b == B.G - 1) {
+		const int kvl = p.kv_lora, cw = kvl + p.d_rope, pos = p.pos[0];
+		float kss = 0.f;
+		for (int i = B.tid; i < kvl; i += NT) {
+			const float v = ldcg(p.kva + i);
+			kss = fmaf(v, v, kss);
+		}
+		kss = x4c::block_sum(kss, B.red);
+		const float kinv = 1.0f / sqrtf(kss / (float)kvl + p.eps);
+		__half *row = reinterpret_cast<__half *>(L->cache) + (size_t)pos * cw;
+		for (int i = B.tid; i < kvl; i += NT)
+			row[i] = __float2half_rn((ldcg(p.kva + i) * kinv) * L->kv_a_norm[i]);
+		for (int i = B.tid; i < p.d_rope / 2; i += NT) {
+			const float2 r = x4c::rope_pair(ldcg(p.kva + kvl + 2 * i), ldcg(p.kva + kvl + 2 * i + 1), pos,
+							p.omega[i]);
+			row[kvl + 2 * i] = __float2half_rn(r.x);
+			row[kvl + 2 * i + 1] = __float2half_rn(r.y);
+		}
+	}
+	__syncthreads();
+}
+
+/* A3: q (every head's d_qk) into xs, and the roped q_r of every head into
+ * q-tilde's last d_rope values, spread over the grid. */
+template <int NW> __device__ void pro_q(Blk<NW> &B)
+{
+	constexpr int NT = 32 * NW;
+	const x4k_step_params &p = *B.p;
+	const int dqk = p.d_nope + p.d_rope, cw = p.kv_lora + p.d_rope, hr = p.d_rope / 2;
+	for (int i = B.tid; i < p.n_head * dqk; i += NT)
+		B.xs[i] = ldcg(p.q + i);
+	const int pos = p.pos[0];
+	for (int g = B.tid + NT * B.b; g < p.n_head * hr; g += NT * B.G) {
+		const int h = g / hr, i = g % hr;
+		const float *qr = p.q + (size_t)h * dqk + p.d_nope + 2 * i;
+		const float2 r = x4c::rope_pair(ldcg(qr), ldcg(qr + 1), pos, p.omega[i]);
+		p.qt[(size_t)h * cw + p.kv_lora + 2 * i] = r.x;
+		p.qt[(size_t)h * cw + p.kv_lora + 2 * i + 1] = r.y;
+	}
+	__syncthreads();
+}
+
+/* A4: the attention of docs/forward.md 6.4, absorbed, in fp32 over the
+ * fp16 cache (docs/numerics.md 1.7): block b takes the head group b % HG
+ * (NH heads) and the split b / HG of the positions [0, pos], in tiles of
+ * AT_T rows staged into the ring's memory (free in this phase); scores
+ * a (head, row) pair on NSPL threads, an online softmax a head on a warp,
+ * the value sums 8 latent columns a thread.  Partials: the running max,
+ * the sum of exponentials and the unnormalised sums of each (split, head). */
+template <int NW> __device__ void attention(Blk<NW> &B, const x4k_step_layer *L)
+{
+	constexpr int NT = 32 * NW;
+	const x4k_step_params &p = *B.p;
+	const int kvl = p.kv_lora, cw = kvl + p.d_rope, nhd = p.n_head;
+	const int len = p.pos[0] + 1, NH = att_heads(nhd), HG = nhd / NH;
+	int S, span;
+	att_split(len, B.G, HG, &S, &span);
+	const int s = B.b / HG, h0 = (B.b % HG) * NH, t0 = s * span, t1 = min(len, t0 + span);
+	if (s >= S)
+		return; /* uniform over the block */
+	const int RS = cw + 8; /* a staged row: 16 bytes of padding against bank conflicts */
+	const int NSPL = NT / (NH * AT_T), dspl = cw / NSPL;
+	__half *rows = reinterpret_cast<__half *>(B.ring);
+	float *scp = reinterpret_cast<float *>(B.ring + (((size_t)AT_T * RS * 2 + 15) & ~(size_t)15));
+	float *P = scp + NSPL * NH * AT_T, *alpha = P + NH * AT_T, *mrun = alpha + NH, *lrun = mrun + NH;
+	for (int i = B.tid; i < NH * cw; i += NT)
+		B.xs[i] = ldcg(p.qt + (size_t)h0 * cw + i);
+	if (B.tid < NH) {
+		mrun[B.tid] = -INFINITY;
+		lrun[B.tid] = 0.f;
+	}
+	const int tau = B.tid % AT_T, hh = (B.tid / AT_T) % NH, sp = B.tid / (AT_T * NH);
+	const int nchk = NH * kvl / 8, per = kvl / 8;
+	float acc[2][8];
+#pragma unroll
+	for (int i = 0; i < 2; i++)
+#pragma unroll
+		for (int j = 0; j < 8; j++)
+			acc[i][j] = 0.f;
+	const char *cache = reinterpret_cast<const char *>(L->cache);
+	for (int tb = t0; tb < t1; tb += AT_T) {
+		const int nr = min(AT_T, t1 - tb), lines = cw / 8;
+		for (int q = B.tid; q < nr * lines; q += NT) {
+			const int r = q / lines, o = q % lines;
+			cp16(rows + (size_t)r * RS + 8 * o, cache + ((size_t)(tb + r) * cw + 8 * o) * 2, 16);
+		}
+		commit();
+		wait_pending(0);
+		__syncthreads();
+		if (sp < NSPL) { /* this thread's part of the score (hh, tau) */
+			float a = 0.f;
+			if (tau < nr) {
+				const float *q = B.xs + (size_t)hh * cw + sp * dspl;
+				const __half *k = rows + (size_t)tau * RS + sp * dspl;
+				for (int c = 0; c < dspl; c += 8) {
+					const uint4 kv = *reinterpret_cast<const uint4 *>(k + c);
+					const float4 q0 = *reinterpret_cast<const float4 *>(q + c);
+					const float4 q1 = *reinterpret_cast<const float4 *>(q + c + 4);
+					const __half *kh = reinterpret_cast<const __half *>(&kv);
+					a = fmaf(q0.x, __half2float(kh[0]), a);
+					a = fmaf(q0.y, __half2float(kh[1]), a);
+					a = fmaf(q0.z, __half2float(kh[2]), a);
+					a = fmaf(q0.w, __half2float(kh[3]), a);
+					a = fmaf(q1.x, __half2float(kh[4]), a);
+					a = fmaf(q1.y, __half2float(kh[5]), a);
+					a = fmaf(q1.z, __half2float(kh[6]), a);
+					a = fmaf(q1.w, __half2float(kh[7]), a);
+				}
+			}
+			scp[(sp * NH + hh) * AT_T + tau] = a;
+		}
+		__syncthreads();
+		if (B.warp < NH) { /* head h's online softmax, a lane a row */
+			const int h = B.warp;
+			float sc = -INFINITY;
+			if (B.lane < nr) {
+				float d = 0.f;
+				for (int q = 0; q < NSPL; q++)
+					d += scp[(q * NH + h) * AT_T + B.lane];
+				sc = d * p.kq_scale;
+			}
+			const float mold = mrun[h], mnew = fmaxf(mold, x4c::warp_max(sc));
+			const float pr = B.lane < nr ? expf(sc - mnew) : 0.f;
+			const float sum = x4c::warp_sum(pr);
+			P[h * AT_T + B.lane] = pr;
+			__syncwarp();
+			if (B.lane == 0) {
+				const float al = expf(mold - mnew);
+				alpha[h] = al;
+				mrun[h] = mnew;
+				lrun[h] = lrun[h] * al + sum;
+			}
+		}
+		__syncthreads();
+#pragma unroll
+		for (int i = 0; i < 2; i++) { /* this thread's 8 latent columns of a head */
+			const int ci = B.tid + NT * i;
+			if (ci >= nchk)
+				break;
+			const int h = ci / per, c0 = 8 * (ci % per);
+			const float al = alpha[h];
+#pragma unroll
+			for (int j = 0; j < 8; j++)
+				acc[i][j] *= al;
+			for (int r = 0; r < nr; r++) {
+				const float pr = P[h * AT_T + r];
+				const uint4 vv = *reinterpret_cast<const uint4 *>(rows + (size_t)r * RS + c0);
+				const __half *vh = reinterpret_cast<const __half *>(&vv);
+#pragma unroll
+				for (int j = 0; j < 8; j++)
+					acc[i][j] = fmaf(pr, __half2float(vh[j]), acc[i][j]);
+			}
+		}
+		__syncthreads(); /* the rows and P are the next tile's */
+	}
+	if (B.tid < NH) {
+		B.pm[(size_t)s * nhd + h0 + B.tid] = mrun[B.tid];
+		B.pl[(size_t)s * nhd + h0 + B.tid] = lrun[B.tid];
+	}
+#pragma unroll
+	for (int i = 0; i < 2; i++) {
+		const int ci = B.tid + NT * i;
+		if (ci >= nchk)
+			break;
+		const int h = ci / per, c0 = 8 * (ci % per);
+		float *o = B.pacc + ((size_t)s * nhd + h0 + h) * kvl + c0;
+#pragma unroll
+		for (int j = 0; j < 8; j++)
+			o[j] = acc[i][j];
+	}
+	/* every read of the tile's memory (mrun, lrun) before a warp's ring
+	 * copies into it: the next phase's items are issued right after */
+	__syncthreads();
+}
+
+/* A5: o-bar of this block's heads [hlo, hhi] into xs (kv_lora a head): the
+ * splits combined in order, each weighted by exp(its max - the max). */
+template <int NW> __device__ void pro_combine(Blk<NW> &B, int ntask, int R)
+{
+	constexpr int NT = 32 * NW;
+	const x4k_step_params &p = *B.p;
+	const int kvl = p.kv_lora, nhd = p.n_head;
+	int lo, hi;
+	run_of(ntask, B.b, B.G, lo, hi);
+	if (lo < hi) {
+		const int hlo = lo * R / p.d_v, hhi = (hi * R - 1) / p.d_v, nb = hhi - hlo + 1;
+		const int len = p.pos[0] + 1;
+		int S, span;
+		att_split(len, B.G, nhd / att_heads(nhd), &S, &span);
+		float *w = B.xs + XS - nb * (S + 1); /* [nb][S] weights, then [nb] 1 / sums */
+		for (int hb = B.warp; hb < nb; hb += NW) {
+			const int h = hlo + hb;
+			float m = -INFINITY;
+			for (int q = B.lane; q < S; q += 32)
+				m = fmaxf(m, ldcg(B.pm + (size_t)q * nhd + h));
+			m = x4c::warp_max(m);
+			float l = 0.f;
+			for (int q = B.lane; q < S; q += 32) {
+				const float e = expf(ldcg(B.pm + (size_t)q * nhd + h) - m);
+				w[hb * S + q] = e;
+				l = fmaf(e, ldcg(B.pl + (size_t)q * nhd + h), l);
+			}
+			l = x4c::warp_sum(l);
+			if (B.lane == 0)
+				w[nb * S + hb] = 1.0f / l;
+		}
+		__syncthreads();
+		for (int i = B.tid; i < nb * kvl; i += NT) {
+			const int hb = i / kvl, c = i % kvl, h = hlo + hb;
+			float a = 0.f;
+			for (int q = 0; q < S; q++)
+				a = fmaf(w[hb * S + q], ldcg(B.pacc + ((size_t)q * nhd + h) * kvl + c), a);
+			B.xs[i] = a * w[nb * S + hb];
+		}
+	}
+	__syncthreads();
+}
+
+/* n floats of global src (an activation) into xs at off. */
+template <int NW> __device__ void pro_load(Blk<NW> &B, const float *src, int n, int off)
+{
+	for (int i = B.tid; i < n; i += 32 * NW)
+		B.xs[off + i] = ldcg(src + i);
+}
+
+/* F2: the router's choice (docs/forward.md 7.2) on warp 0: the scores, the
+ * top k (moe_select_token, the router kernels' rule), then the choice in
+ * ascending expert id, the order the downs are summed in. */
+template <int NW> __device__ void pro_topk(Blk<NW> &B, const x4k_step_layer *L)
+{
+	const x4k_step_params &p = *B.p;
+	if (B.warp == 0) {
+		float *g = B.sw; /* [n_expert] scores */
+		for (int e = B.lane; e < p.n_expert; e += 32)
+			g[e] = 1.f / (1.f + expf(-ldcg(B.lg + e)));
+		__syncwarp();
+		int32_t *sel = reinterpret_cast<int32_t *>(B.sw + MAXE);
+		float *wts = B.sw + MAXE + MAXK;
+		x4c::moe_select_token(0, B.lane, p.n_expert, p.k, g, L->router_bias, p.expert_scale,
+				      p.expert_norm != 0, sel, wts);
+		__syncwarp();
+		if (B.lane == 0) {
+			int n = 0;
+			for (int i = 0; i < p.k; i++) { /* insertion by id */
+				const int e = sel[i];
+				if (e < 0 || e >= p.n_expert)
+					continue;
+				int j = n++;
+				for (; j > 0 && B.ssel[j - 1] > e; j--) {
+					B.ssel[j] = B.ssel[j - 1];
+					B.swts[j] = B.swts[j - 1];
+				}
+				B.ssel[j] = e;
+				B.swts[j] = wts[i];
+			}
+			B.snsel[0] = n;
+		}
+	}
+	__syncthreads();
+}
+
+/* F3's end: y at this block's columns, the routed terms in ascending id
+ * (moe_reduce_kernel's slot_add), then the shared term. */
+template <int NW> __device__ void down_sum(Blk<NW> &B, bool shared)
+{
+	const int ns = B.snsel[0], cm = B.colmax;
+	for (int li = B.tid; li < B.ncol; li += 32 * NW) {
+		float a = 0.f;
+		for (int m = 0; m < ns; m++)
+			a = a + B.swts[m] * B.res[(size_t)m * cm + li];
+		if (shared)
+			a += B.res[(size_t)ns * cm + li];
+		B.ys[li] = a;
+	}
+	__syncthreads();
+}
+
+/* The head's prologue: h-hat = RMS_output_norm(the streams' mean) into xs. */
+template <int NW> __device__ void pro_head(Blk<NW> &B)
+{
+	const x4k_step_params &p = *B.p;
+	const int D = p.D;
+	if (B.warp == 0) {
+		float v = 0.f;
+		for (int bb = B.lane; bb < B.G; bb += 32)
+			v += ldcg(B.part + (size_t)bb * X4K_STEP_NPART);
+		v = x4c::warp_sum(v);
+		if (B.lane == 0)
+			B.red[0] = v;
+	}
+	__syncthreads();
+	const float inv = 1.0f / sqrtf(B.red[0] / (float)D + p.eps);
+	for (int c = B.tid; c < D; c += 32 * NW)
+		B.xs[c] = (ldcg(B.hbar + c) * inv) * p.output_norm[c];
+	__syncthreads();
+}
+
+/* ---------------- the step ---------------- */
+
+template <int NW, int NSLOT>
+__global__ void __launch_bounds__(32 * NW, 1) step_kernel(const x4k_step_params p)
+{
+#if defined(X4S_DEVICE) || defined(X4_EMU)
+#ifdef X4_EMU
+	uint8_t *step_smem = emu_block_smem();
+#else
+	extern __shared__ __align__(16) uint8_t step_smem[];
+#endif
+	Blk<NW> B;
+	blk_init<NW, NSLOT>(B, &p, step_smem);
+	Ring<NSLOT> R;
+	R.base = B.ring + (size_t)B.warp * NSLOT * SLOTB;
+	R.head = R.tail = 0;
+	R.lane = B.lane;
+	const NoPhase none;
+	Cur nn = { 0, -1, 0, 0 };
+
+	if (p.clock && B.b == 0 && B.tid == 0)
+		p.clock[0] = clock_ns();
+	/* the embedding at this block's columns and the first gate's partials */
+	fn_slice_copy(B, p.layers[0].hc_fn[0]);
+	commit();
+	wait_pending(0);
+	__syncthreads();
+	col_phase(B, COL_EMBED, false);
+	Cur ic = cur_start(PhQA<NW>(B, &p.layers[0]));
+	R.fill(PhQA<NW>(B, &p.layers[0]), ic, none, nn);
+	phase_end(B);
+
+	for (int l = 0; l < p.n_layer; l++) {
+		const x4k_step_layer *L = &p.layers[l];
+		const bool last = l + 1 == p.n_layer;
+		const uint16_t *fn_next = last ? nullptr : p.layers[l + 1].hc_fn[0];
+		/* A1 */
+		gate_finish(B, L->hc_base[0], L->hc_scale[0], L->norm[0]);
+		{
+			const PhQA<NW> ph(B, L);
+			const PhQB<NW> nx(B, L);
+			Cur nic = cur_start(nx);
+			R.run(ph, ic, nx, nic);
+			gate_coef(B);
+			ic = nic;
+		}
+		phase_end(B);
+		/* A2 */
+		pro_qnorm(B, L);
+		{
+			const PhQB<NW> ph(B, L);
+			const PhAbsorb<NW> nx(B, L);
+			Cur nic = cur_start(nx);
+			R.run(ph, ic, nx, nic);
+			ic = nic;
+		}
+		phase_end(B);
+		/* A3 */
+		pro_q(B);
+		{
+			const PhAbsorb<NW> ph(B, L);
+			R.run(ph, ic, none, nn);
+		}
+		phase_end(B);
+		/* A4 */
+		attention(B, L);
+		{
+			const PhExpand<NW> nx(B, L);
+			ic = cur_start(nx);
+			R.fill(none, nn, nx, ic);
+		}
+		phase_end(B);
+		/* A5 */
+		{
+			const PhExpand<NW> ph(B, L);
+			pro_combine(B, ph.m.ntask(), ph.m.R);
+			const PhOut<NW> nx(B, L);
+			Cur nic = cur_start(nx);
+			R.run(ph, ic, nx, nic);
+			ic = nic;
+		}
+		phase_end(B);
+		/* A6 */
+		pro_load(B, p.o, p.n_head * p.d_v, 0);
+		__syncthreads();
+		if (L->router) {
+			const PhOut<NW> ph(B, L);
+			const PhRouter<NW> nx(B, L);
+			Cur nic = cur_start(nx);
+			R.run(ph, ic, nx, nic);
+			ic = nic;
+		} else {
+			const PhOut<NW> ph(B, L);
+			const PhDenseUp<NW> nx(B, L);
+			Cur nic = cur_start(nx);
+			R.run(ph, ic, nx, nic);
+			ic = nic;
+		}
+		__syncthreads();
+		col_phase(B, COL_UPDATE, false);
+		phase_end(B);
+		/* F1 */
+		gate_finish(B, L->hc_base[1], L->hc_scale[1], L->norm[1]);
+		if (L->router) {
+			{
+				const PhRouter<NW> ph(B, L);
+				R.run(ph, ic, none, nn);
+				gate_coef(B);
+			}
+			phase_end(B);
+			/* F2 */
+			pro_topk(B, L);
+			{
+				const PhRouted<NW> ph(B, L);
+				const PhDown<NW> nx(B, L, fn_next);
+				ic = cur_start(ph);
+				Cur nic = cur_start(nx);
+				R.run(ph, ic, nx, nic);
+				ic = nic;
+			}
+			phase_end(B);
+			/* F3 */
+			pro_load(B, B.hx, B.snsel[0] * p.F_e, 0);
+			if (L->down_sh)
+				pro_load(B, p.h, p.F_sh, B.snsel[0] * p.F_e);
+			__syncthreads();
+			{
+				const PhDown<NW> ph(B, L, fn_next);
+				if (last) {
+					const PhHead<NW> nx(B);
+					Cur nic = cur_start(nx);
+					R.run(ph, ic, nx, nic);
+					ic = nic;
+				} else {
+					const PhQA<NW> nx(B, L + 1);
+					Cur nic = cur_start(nx);
+					R.run(ph, ic, nx, nic);
+					ic = nic;
+				}
+			}
+			__syncthreads();
+			down_sum(B, L->down_sh != nullptr);
+		} else {
+			{
+				const PhDenseUp<NW> ph(B, L);
+				const PhDenseDown<NW> nx(B, L, fn_next);
+				Cur nic = cur_start(nx);
+				R.run(ph, ic, nx, nic);
+				gate_coef(B);
+				ic = nic;
+			}
+			phase_end(B);
+			/* D3 */
+			{
+				const PhDenseDown<NW> ph(B, L, fn_next);
+				if (last) {
+					const PhHead<NW> nx(B);
+					Cur nic = cur_start(nx);
+					R.run(ph, ic, nx, nic);
+					ic = nic;
+				} else {
+					const PhQA<NW> nx(B, L + 1);
+					Cur nic = cur_start(nx);
+					R.run(ph, ic, nx, nic);
+					ic = nic;
+				}
+			}
+			__syncthreads();
+		}
+		col_phase(B, COL_UPDATE, last);
+		phase_end(B);
+	}
+	pro_head(B);
+	{
+		const PhHead<NW> ph(B);
+		R.run(ph, ic, none, nn);
+	}
+	if (p.clock && B.b == 0 && B.tid == 0 && B.phase + 1 < X4K_STEP_MAX_PHASES)
+		p.clock[B.phase + 1] = clock_ns();
+#endif
+}
+
+} /* namespace x4s */
+
+#endif

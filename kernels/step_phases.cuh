@@ -1,0 +1,464 @@
+/*
+ * step_phases.cuh - the phases of the persistent decode step (x4k_step,
+ * kernels/step.cu; docs/step.md): what one block does between two grid
+ * barriers, on step_dev.cuh's ring and products.
+ *
+ * A block is one SM's: NW warps, the ring (NSLOT slots a warp), the input
+ * vector xs, and the columns of D it owns (every G-th unit of UNIT
+ * columns): it alone updates those columns of the four streams, which it
+ * keeps in shared memory (sH), and it computes the rows of W_o and of the
+ * downs that produce them, so that an update and the next gate's partial
+ * products follow a sublayer with no barrier between.  A phase's tasks are
+ * rows (or groups of rows) of its weights, spread over the warps of the
+ * grid (interleaved over the blocks), over a block's warps (its own
+ * columns), or in contiguous runs (the value expansion, whose rows need
+ * their head's attention output).  Warp 0 sits out the tasks of the phase
+ * after a gate (A1, F1) to run the gate's Sinkhorn meanwhile.
+ *
+ * Every sum runs in a fixed order: the same bits every run.
+ */
+#ifndef X4_STEP_PHASES_CUH
+#define X4_STEP_PHASES_CUH
+
+#include "step_dev.cuh"
+#include "quant_dev.cuh"
+
+namespace x4s {
+
+/* ---------------- a block ---------------- */
+
+template <int NW> struct Blk {
+	const x4k_step_params *p;
+	int G, b, tid, warp, lane;
+	int ncol;          /* columns of D this block owns (UNIT a unit) */
+	int colmax;        /* the most any block owns: sH's row stride */
+	int nc;            /* gate coefficients n_hc * (2 + n_hc) */
+	/* the workspace's pieces */
+	unsigned *bar;
+	float *part, *pm, *pl, *pacc, *lg, *hx, *hbar;
+	/* shared memory */
+	float *xs;         /* [XS] the input vector of the phase */
+	float *coef;       /* [NCMAX] the gate's coefficients (pre | post | comb) */
+	float *sm;         /* [NCMAX + 8] the gate's projection; scratch */
+	float *gb;         /* [NCMAX + 3] the gate's base and scale */
+	float *red;        /* [32] reductions */
+	float *sw;         /* [MAXE + 2 MAXK] the router's scores and choice */
+	int *ssel;         /* [MAXK] the chosen experts, ascending */
+	float *swts;       /* [MAXK] their weights */
+	int *snsel;        /* [1] */
+	float *sH;         /* [n_hc][colmax] this block's columns of the streams */
+	float *ys;         /* [colmax] the sublayer's output at them */
+	float *res;        /* [MAXK + 1][colmax] the downs' products at them */
+	uint16_t *sfn;     /* [NCMAX][n_hc][colmax] the next gate's projection at them */
+	uint8_t *ring;     /* [NW][NSLOT][SLOTB] */
+	unsigned target;   /* the barrier's next count */
+	int phase;         /* phases done: the clock's slot */
+
+	__device__ int col(int li) const { return UNIT * (b + G * (li / UNIT)) + li % UNIT; }
+};
+
+/* Shared memory a block needs beyond the ring (bytes, 16-aligned pieces). */
+__host__ __device__ inline size_t blk_smem(int NW, int NSLOT, int n_hc, int colmax)
+{
+	auto r16 = [](size_t n) { return (n + 15) & ~(size_t)15; };
+	return (size_t)NW * NSLOT * SLOTB + r16(sizeof(float) * XS) + r16(sizeof(float) * NCMAX) +
+	       r16(sizeof(float) * (NCMAX + 8)) + r16(sizeof(float) * (NCMAX + 3)) + r16(sizeof(float) * 32) +
+	       r16(sizeof(float) * (MAXE + 2 * MAXK)) + r16(sizeof(int) * MAXK) + r16(sizeof(float) * MAXK) +
+	       r16(sizeof(int)) + r16(sizeof(float) * (size_t)n_hc * colmax) + r16(sizeof(float) * colmax) +
+	       r16(sizeof(float) * (MAXK + 1) * (size_t)colmax) +
+	       r16(sizeof(uint16_t) * NCMAX * (size_t)n_hc * colmax);
+}
+
+/* The attention's heads a block (a divisor of n_head, at most 8). */
+__host__ __device__ inline int att_heads(int n_head)
+{
+	for (int nh = 8; nh > 1; nh--)
+		if (n_head % nh == 0)
+			return nh;
+	return 1;
+}
+
+/* The attention's splits of len positions over a grid of G blocks with hg
+ * head groups: s splits of span positions (the last may be shorter), at
+ * least AT_T positions a split where there are blocks to spare. */
+__host__ __device__ inline void att_split(int len, int G, int hg, int *s, int *span)
+{
+	int n = (len + AT_T - 1) / AT_T, m = G / hg;
+	n = n < m ? n : m;
+	n = n < X4K_STEP_MAX_SPLIT ? n : X4K_STEP_MAX_SPLIT;
+	n = n < 1 ? 1 : n;
+	*span = (len + n - 1) / n;
+	*s = (len + *span - 1) / *span;
+}
+
+/* Columns the busiest block owns. */
+__host__ __device__ inline int blk_colmax(int D, int G) { return UNIT * ((D / UNIT + G - 1) / G); }
+
+template <int NW, int NSLOT>
+__device__ void blk_init(Blk<NW> &B, const x4k_step_params *p, uint8_t *smem)
+{
+	B.p = p;
+	B.G = gridDim.x;
+	B.b = blockIdx.x;
+	B.tid = threadIdx.x;
+	B.warp = threadIdx.x >> 5;
+	B.lane = threadIdx.x & 31;
+	const int nu = p->D / UNIT;
+	B.ncol = B.b < nu ? UNIT * ((nu - 1 - B.b) / B.G + 1) : 0;
+	B.colmax = blk_colmax(p->D, B.G);
+	B.nc = X4K_HC_NCOEF(p->n_hc);
+	const x4k_step_ws w = x4k_step_ws_of(p->n_head, p->kv_lora, p->n_expert, p->k, p->F_e, p->D);
+	uint8_t *ws = static_cast<uint8_t *>(p->ws);
+	B.bar = reinterpret_cast<unsigned *>(ws + w.bar);
+	B.part = reinterpret_cast<float *>(ws + w.part);
+	B.pm = reinterpret_cast<float *>(ws + w.pm);
+	B.pl = reinterpret_cast<float *>(ws + w.pl);
+	B.pacc = reinterpret_cast<float *>(ws + w.pacc);
+	B.lg = reinterpret_cast<float *>(ws + w.lg);
+	B.hx = reinterpret_cast<float *>(ws + w.hx);
+	B.hbar = reinterpret_cast<float *>(ws + w.hbar);
+	size_t at = 0;
+	auto take = [&](size_t n) {
+		uint8_t *q = smem + at;
+		at += (n + 15) & ~(size_t)15;
+		return q;
+	};
+	B.ring = take((size_t)NW * NSLOT * SLOTB);
+	B.xs = reinterpret_cast<float *>(take(sizeof(float) * XS));
+	B.coef = reinterpret_cast<float *>(take(sizeof(float) * NCMAX));
+	B.sm = reinterpret_cast<float *>(take(sizeof(float) * (NCMAX + 8)));
+	B.gb = reinterpret_cast<float *>(take(sizeof(float) * (NCMAX + 3)));
+	B.red = reinterpret_cast<float *>(take(sizeof(float) * 32));
+	B.sw = reinterpret_cast<float *>(take(sizeof(float) * (MAXE + 2 * MAXK)));
+	B.ssel = reinterpret_cast<int *>(take(sizeof(int) * MAXK));
+	B.swts = reinterpret_cast<float *>(take(sizeof(float) * MAXK));
+	B.snsel = reinterpret_cast<int *>(take(sizeof(int)));
+	B.sH = reinterpret_cast<float *>(take(sizeof(float) * (size_t)p->n_hc * B.colmax));
+	B.ys = reinterpret_cast<float *>(take(sizeof(float) * B.colmax));
+	B.res = reinterpret_cast<float *>(take(sizeof(float) * (MAXK + 1) * (size_t)B.colmax));
+	B.sfn = reinterpret_cast<uint16_t *>(take(sizeof(uint16_t) * NCMAX * (size_t)p->n_hc * B.colmax));
+	B.target = 0;
+	B.phase = 0;
+}
+
+/* The barrier at a phase's end, and the clock. */
+template <int NW> __device__ __forceinline__ void phase_end(Blk<NW> &B)
+{
+	grid_sync(B.bar, B.target);
+	if (B.p->clock && B.b == 0 && B.tid == 0 && B.phase + 1 < X4K_STEP_MAX_PHASES)
+		B.p->clock[B.phase + 1] = clock_ns();
+	B.phase++;
+#ifdef X4_EMU
+	if (B.phase == emu_stop_phase)
+		emu_fiber_exit();
+#endif
+}
+
+/* ---------------- task maps ---------------- */
+
+/* Tasks [0, n) over the warps w0.. of the grid, interleaved over blocks. */
+template <int NW> struct MapGrid {
+	int base, stride, end;
+	__device__ MapGrid(const Blk<NW> &B, int n, int w0)
+	{
+		end = n;
+		stride = B.G * (NW - w0);
+		base = B.warp >= w0 ? B.b + B.G * (B.warp - w0) : n;
+	}
+	__device__ int operator()(int j) const
+	{
+		const long long t = (long long)base + (long long)stride * j;
+		return t < end ? (int)t : -1;
+	}
+};
+
+/* Tasks [lo, hi) over this block's warps. */
+struct MapRange {
+	int base, stride, end;
+	__device__ MapRange(int lo, int hi, int warp, int nw)
+	{
+		base = lo + warp;
+		stride = nw;
+		end = hi;
+	}
+	__device__ int operator()(int j) const
+	{
+		const int t = base + stride * j;
+		return t < end ? t : -1;
+	}
+};
+
+/* ---------------- shared pieces of tasks ---------------- */
+
+constexpr int KCH_BF16 = SLOTB / 2; /* values of a BF16 row a chunk */
+constexpr int KCH_F32 = SLOTB / 4;
+
+/* Rows a task of a BF16 matrix with rows of k values takes (rows
+ * shorter than a slot: several at once, lanes in groups of g a row, the
+ * count a multiple of 32 / g that divides `whole` (rows of one head) when
+ * whole > 0); 1 when a row takes more than half a slot. */
+__host__ __device__ inline int bf16_rows_a_task(int k, int whole)
+{
+	if (2 * k > SLOTB / 2)
+		return 1;
+	const int g = pow2_div(k / 8), rp = 32 / g;
+	int r = rp;
+	while (2 * r * 2 * k <= SLOTB && (whole <= 0 || whole % (2 * r) == 0))
+		r *= 2;
+	return r;
+}
+
+/* Rows [r0, r0 + nr) of a BF16 matrix of k values a row at w (one
+ * segment, one chunk), each . x: lanes in groups of g = pow2_div(k / 8),
+ * a pass a row a group; out(row, value) on the group's first lane. */
+template <class OUT>
+__device__ __forceinline__ void bf16_rows(const uint8_t *w, int nr, int k, const float *x, int lane, OUT out)
+{
+	const int n8 = k / 8, g = pow2_div(n8), rp = 32 / g;
+	for (int r0 = 0; r0 < nr; r0 += rp) {
+		const int r = r0 + lane / g;
+		float a = r < nr ? dot_bf16<false>(w + (size_t)r * 2 * k, x, n8, lane % g, g) : 0.f;
+		a = seg_sum(a, g);
+		if (lane % g == 0 && r < nr)
+			out(r, a);
+	}
+}
+
+/* A chunk of one long BF16 row (values [k0, k0 + kc)): acc accumulates
+ * this lane's partial; true at the last chunk, with the row's sum in v on
+ * every lane. */
+__device__ __forceinline__ bool bf16_chunk(const uint8_t *w, int kc, const float *x, int lane, int c, int nch,
+					   float &acc, float &v)
+{
+	if (c == 0)
+		acc = 0.f;
+	acc += dot_bf16<false>(w, x, kc / 8, lane, 32);
+	if (c + 1 < nch)
+		return false;
+	v = x4c::warp_sum(acc);
+	return true;
+}
+
+/* A gate/up pair of a block format (rows of k values at p[0], p[1] in one
+ * chunk, or one a chunk when two do not fit a slot): silu(g) * u on every
+ * lane at the last chunk. */
+__device__ __forceinline__ bool pair_rows(int fmt, const uint8_t *const (&p)[2], int k, const float *x, int lane,
+					  int c, int nch, float &acc, float &h)
+{
+	const int nb = k / 32;
+	if (nch == 1) {
+		float a[1];
+		const uint8_t *rows[2] = { p[0], p[1] };
+		dot_blocks<1, false>(fmt, rows, 2, nb, x, lane, 16, a);
+		const float s = seg_sum(a[0], 16);
+		const float g = __shfl_sync(0xffffffffu, s, 0), u = __shfl_sync(0xffffffffu, s, 16);
+		h = x4d::silu(g) * u;
+		return true;
+	}
+	float a[1];
+	const uint8_t *rows[1] = { p[0] };
+	dot_blocks<1, false>(fmt, rows, 1, nb, x, lane, 32, a);
+	const float s = x4c::warp_sum(a[0]);
+	if (c == 0) {
+		acc = s; /* the gate's sum, on every lane */
+		return false;
+	}
+	h = x4d::silu(acc) * s;
+	return true;
+}
+
+/* Bytes of a row of k values of a block format. */
+__device__ __forceinline__ int fmt_row_bytes(int fmt, int k) { return k / 32 * (fmt == X4_T_Q8_0 ? 34 : 18); }
+
+/* Chunks of a pair: one when both rows fit a slot. */
+__device__ __forceinline__ int pair_chunks(const void *a, const void *b, int rb)
+{
+	const Seg sa = { static_cast<const uint8_t *>(a), rb }, sb = { static_cast<const uint8_t *>(b), rb };
+	return seg_room(sa) + seg_room(sb) <= SLOTB ? 1 : 2;
+}
+
+__device__ __forceinline__ Task pair_task(const uint8_t *a, const uint8_t *b, int rb, int c, int nch)
+{
+	if (nch == 1)
+		return task2(a, b, rb);
+	return task1(c == 0 ? a : b, rb);
+}
+
+/* ---------------- the gate's finish (docs/forward.md 5.1 steps 2-9) ----------------
+ * After the barrier that follows the column phase: the grid's partial
+ * projections and sums of squares added (a warp a row, lanes over the
+ * blocks, a fixed order), m = fn . u / rms(u), pre on every thread, the
+ * collapse x = sum_s pre[s] H[s] over all of D (H from L2), and the
+ * sublayer's RMSNorm of x into xs.  The Sinkhorn (post, comb) is
+ * gate_coef's, on warp 0 while the others run the next tasks. */
+template <int NW>
+__device__ void gate_finish(Blk<NW> &B, const float *base, const float *scale, const float *gain)
+{
+	constexpr int NT = 32 * NW, CM = (4096 + NT - 1) / NT;
+	const x4k_step_params &p = *B.p;
+	const int D = p.D, nh = p.n_hc, nc = B.nc, G = B.G;
+	/* the loads that do not wait on anything: streams, gain, base, scale */
+	float hv[CM][4], gv[CM];
+#pragma unroll
+	for (int i = 0; i < CM; i++) {
+		const int c = B.tid + NT * i;
+#pragma unroll
+		for (int s = 0; s < 4; s++)
+			hv[i][s] = c < D && s < nh ? ldcg(p.H + (size_t)s * D + c) : 0.f;
+		gv[i] = c < D ? gain[c] : 0.f;
+	}
+	if (B.tid < nc)
+		B.gb[B.tid] = base[B.tid];
+	if (B.tid < 3)
+		B.gb[NCMAX + B.tid] = scale[B.tid];
+	for (int j = B.warp; j <= nc; j += NW) {
+		float v = 0.f;
+		for (int bb = B.lane; bb < G; bb += 32)
+			v += ldcg(B.part + (size_t)bb * X4K_STEP_NPART + j);
+		v = x4c::warp_sum(v);
+		if (B.lane == 0)
+			B.red[j] = v;
+	}
+	__syncthreads();
+	const float inv = 1.0f / sqrtf(B.red[nc] / (float)(nh * D) + p.hc.rms_eps);
+	if (B.tid < nc)
+		B.sm[B.tid] = B.red[B.tid] * inv;
+	__syncthreads();
+	float pre[4];
+#pragma unroll
+	for (int s = 0; s < 4; s++)
+		pre[s] = s < nh ? x4c::hc_pre_of(B.sm, B.gb, B.gb + NCMAX, s) : 0.f;
+	/* the collapse, the sum in source order */
+	float ss = 0.f, xv[CM];
+#pragma unroll
+	for (int i = 0; i < CM; i++) {
+		float t = 0.f;
+#pragma unroll
+		for (int s = 0; s < 4; s++)
+			if (s < nh)
+				t = __fmaf_rn(pre[s], hv[i][s], t);
+		xv[i] = t;
+		ss = fmaf(t, t, ss);
+	}
+	/* columns past CM * NT (D > 4096): a second pass, from L2 again */
+	for (int c = B.tid + NT * CM; c < D; c += NT) {
+		float t = 0.f;
+		for (int s = 0; s < nh; s++)
+			t = __fmaf_rn(pre[s], ldcg(p.H + (size_t)s * D + c), t);
+		ss = fmaf(t, t, ss);
+	}
+	ss = x4c::block_sum(ss, B.red);
+	const float ninv = 1.0f / sqrtf(ss / (float)D + p.eps);
+#pragma unroll
+	for (int i = 0; i < CM; i++) {
+		const int c = B.tid + NT * i;
+		if (c < D)
+			B.xs[c] = (xv[i] * ninv) * gv[i];
+	}
+	for (int c = B.tid + NT * CM; c < D; c += NT) {
+		float t = 0.f;
+		for (int s = 0; s < nh; s++)
+			t = __fmaf_rn(pre[s], ldcg(p.H + (size_t)s * D + c), t);
+		B.xs[c] = (t * ninv) * gain[c];
+	}
+	__syncthreads();
+}
+
+/* The gate's coefficients (pre | post | comb) from B.sm, on warp 0. */
+template <int NW> __device__ __forceinline__ void gate_coef(Blk<NW> &B)
+{
+	if (B.warp == 0)
+		x4c::hc_coef_warp<4>(B.sm, B.gb, B.gb + NCMAX, B.p->hc, B.coef);
+}
+
+/* ---------------- the column phase ----------------
+ * This block's columns: the update of docs/forward.md 5.2 (A4, F4) with the
+ * sublayer's output ys (or, first, the embedding), the streams written for
+ * the other blocks' next gate, and this block's partial projections of the
+ * next gate (sfn) and its sum of squares; after the last block, the
+ * streams' mean and its sum of squares for the head instead. */
+enum ColMode { COL_EMBED, COL_UPDATE };
+
+template <int NW> __device__ void col_phase(Blk<NW> &B, ColMode mode, bool head)
+{
+	const x4k_step_params &p = *B.p;
+	const int D = p.D, nh = p.n_hc, nc = B.nc, cm = B.colmax;
+	if (mode == COL_EMBED) {
+		const int32_t id = p.ids[0];
+		for (int li = B.tid; li < B.ncol; li += 32 * NW) {
+			const int c = B.col(li);
+			/* an id the host should have refused: a loud NaN row */
+			const float v = id >= 0 && id < p.n_vocab ? bf16(p.token_embd[(size_t)id * D + c])
+								  : __int_as_float(0x7fc00000);
+			for (int s = 0; s < nh; s++)
+				B.sH[s * cm + li] = v;
+		}
+	} else {
+		for (int li = B.tid; li < B.ncol; li += 32 * NW) {
+			float h[4], o[4];
+#pragma unroll
+			for (int s = 0; s < 4; s++)
+				h[s] = s < nh ? B.sH[s * cm + li] : 0.f;
+			x4c::hc_update<4>(B.coef, B.ys[li], h, o);
+#pragma unroll
+			for (int s = 0; s < 4; s++)
+				if (s < nh)
+					B.sH[s * cm + li] = o[s];
+		}
+	}
+	__syncthreads();
+	float *part = B.part + (size_t)B.b * X4K_STEP_NPART;
+	if (head) {
+		/* the streams' mean (docs/forward.md 8), x4k_head's expression */
+		const float inv_hc = 1.0f / (float)nh;
+		float ss = 0.f;
+		for (int li = B.tid; li < B.ncol; li += 32 * NW) {
+			float v = 0.f;
+			for (int s = 0; s < nh; s++)
+				v += B.sH[s * cm + li];
+			v *= inv_hc;
+			B.hbar[B.col(li)] = v;
+			ss = fmaf(v, v, ss);
+		}
+		ss = x4c::block_sum(ss, B.red);
+		if (B.tid == 0)
+			part[0] = ss;
+		return;
+	}
+	for (int li = B.tid; li < B.ncol; li += 32 * NW)
+		for (int s = 0; s < nh; s++)
+			p.H[(size_t)s * D + B.col(li)] = B.sH[s * cm + li];
+	/* partial projections: a warp a row j, lanes over (stream, column) */
+	const int pairs = nh * B.ncol;
+	for (int j = B.warp; j <= nc; j += NW) {
+		float a = 0.f;
+		for (int q = B.lane; q < pairs; q += 32) {
+			const int s = q / B.ncol, li = q % B.ncol;
+			const float h = B.sH[s * cm + li];
+			a = j < nc ? fmaf(bf16(B.sfn[((size_t)j * nh + s) * cm + li]), h, a) : fmaf(h, h, a);
+		}
+		a = x4c::warp_sum(a);
+		if (B.lane == 0)
+			part[j] = a;
+	}
+}
+
+/* The next gate's projection at this block's columns into sfn, by warp 0
+ * with its first item of the phase that ends in the column phase (so that
+ * the item's wait covers them): rows j, streams s, a unit (8 bytes) each. */
+template <int NW> __device__ void fn_slice_copy(const Blk<NW> &B, const uint16_t *fn)
+{
+	if (!fn || B.warp != 0)
+		return;
+	const int D = B.p->D, nh = B.p->n_hc, cm = B.colmax, nu = B.ncol / UNIT;
+	const int n = B.nc * nh * nu;
+	for (int q = B.lane; q < n; q += 32) {
+		const int u = q % nu, s = (q / nu) % nh, j = q / (nu * nh);
+		cp8(B.sfn + ((size_t)j * nh + s) * cm + UNIT * u,
+		    fn + (size_t)j * nh * D + (size_t)s * D + UNIT * (B.b + B.G * u));
+	}
+}
+
+} /* namespace x4s */
+
+#endif
