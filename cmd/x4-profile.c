@@ -140,11 +140,18 @@ static int32_t prompt_id(long i, int n_vocab)
 
 /* ---- the runs ---- */
 
+#define MAX_PHASES 1024
+
 struct run {
 	const struct opts *o;
 	x4_trunk *t;
 	const int32_t *ids; /* [context + prefill] */
 	double *walls;      /* [steps] seconds, the unprofiled pass */
+	/* The persistent step's own phase clock over the unprofiled pass
+	 * (x4_trunk_step_phases): each phase's ns summed over the steps. */
+	int n_ph;
+	x4_step_phase ph[MAX_PHASES];
+	double ph_ns[MAX_PHASES];
 };
 
 /* One pass over the steps: timed by the host (p NULL), or bracketed for the
@@ -185,8 +192,18 @@ static int pass(struct run *r, x4_prof **p, x4_err *e)
 		double dt = x4_now() - t0;
 		if (p)
 			x4_prof_step_end(*p);
-		if (!rc && i >= 0 && !p)
+		if (!rc && i >= 0 && !p) {
 			r->walls[i] = dt;
+			double ns[MAX_PHASES];
+			int n = x4_trunk_step_phases(r->t, x4_trunk_pos(r->t), r->ph, ns,
+						     MAX_PHASES, e);
+			if (n < 0)
+				rc = n;
+			for (int k = 0; k < n; k++)
+				r->ph_ns[k] += ns[k];
+			if (n > 0)
+				r->n_ph = n;
+		}
 	}
 	x4_sampler_free(smp);
 	return rc;
@@ -311,6 +328,48 @@ static struct row step_row(const char *name, double launches, double us, double 
 	struct row r = { "step", name, "-", launches, us, NAN, NAN, NAN, NAN, NAN, NAN };
 	r.share_pct = isfinite(us) && wall > 0 ? 100 * us / wall : NAN;
 	return r;
+}
+
+/* The persistent step's phases (section "phase"), from its own clock over
+ * the unprofiled steps (not a profiled run): a row a kind of phase, its
+ * launches the blocks it runs in, its time and bytes a step, summed over
+ * them; then "phase_total", block 0's span of the step. */
+static void print_phases(const struct opts *o, const struct run *r, double ceiling,
+			 const double *unprof)
+{
+	if (!r->n_ph)
+		return;
+	double total = 0;
+	for (int i = 0; i < r->n_ph; i++)
+		total += r->ph_ns[i];
+	for (int i = 0; i < r->n_ph; i++) {
+		bool first = true;
+		for (int j = 0; j < i; j++)
+			if (!strcmp(r->ph[j].name, r->ph[i].name))
+				first = false;
+		if (!first)
+			continue;
+		double ns = 0, bytes = 0, n = 0;
+		for (int j = i; j < r->n_ph; j++)
+			if (!strcmp(r->ph[j].name, r->ph[i].name)) {
+				ns += r->ph_ns[j];
+				bytes += (double)r->ph[j].bytes;
+				n++;
+			}
+		const double us = ns / 1e3 / (double)o->steps;
+		struct row w = { "phase", r->ph[i].name, "step", n, us, total > 0 ? 100 * ns / total : NAN,
+				 NAN, NAN, NAN, NAN, NAN };
+		rate(&w, bytes, us, ceiling);
+		put_row(o->json, &w);
+	}
+	double bytes = 0;
+	for (int i = 0; i < r->n_ph; i++)
+		bytes += (double)r->ph[i].bytes;
+	const double us = total / 1e3 / (double)o->steps;
+	struct row w = { "phase", "phase_total", "step", (double)r->n_ph, us,
+			 unprof[0] > 0 ? 100 * us / unprof[0] : NAN, NAN, NAN, NAN, NAN, NAN };
+	rate(&w, bytes, us, ceiling);
+	put_row(o->json, &w);
 }
 
 static void print_tables(const struct opts *o, const x4_prof_result *res, double ceiling,
@@ -491,7 +550,11 @@ int main(int argc, char **argv)
 		x4t_warn("the read ceiling: %s", e.msg);
 		goto out;
 	}
-	struct run r = { &o, t, ids, walls };
+	static struct run r; /* the phase tables are large */
+	r.o = &o;
+	r.t = t;
+	r.ids = ids;
+	r.walls = walls;
 	int rc = pass(&r, NULL, &e);
 	if (!rc)
 		rc = pass(&r, &prof, &e);
@@ -545,6 +608,7 @@ int main(int argc, char **argv)
 			 unprof[0] > 0 ? 100 * (res.s.wall_us - unprof[0]) / unprof[0] : 0.0);
 	}
 	print_tables(&o, &res, ceiling, unprof);
+	print_phases(&o, &r, ceiling, unprof);
 	if (o.json)
 		print_summary(&res.s, unprof, ceiling);
 	if (!x4t_out_flush()) {

@@ -70,6 +70,11 @@ struct x4_trunk_cuda {
 	x4_sampler_opts graph_so;
 	bool graph_failed;       /* capture refused once: stay eager */
 	bool broken;             /* a configure failed and the old plan could not return */
+	/* The persistent decode step (kernels/step.cu), when step_on: its
+	 * layers in device memory and its parameters, made by plan(). */
+	bool step_on;
+	x4k_step_layer *step_layers;
+	x4k_step_params step_p;
 	x4_prof *prof;           /* set while profiled (lib/prof_int.h), else NULL */
 };
 #endif /* X4_HAVE_CUDA */

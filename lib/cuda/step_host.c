@@ -6,6 +6,8 @@
  */
 #include "trunk_cuda.h"
 
+/* (the layers and the parameters need the CUDA trunk's types; the phase
+ * list and the step's bytes are the model's alone, in every build) */
 #ifdef X4_HAVE_CUDA
 
 void x4_step_layers(const x4_config *c, const x4_block_w *hw, const x4_block_dev *d,
@@ -102,6 +104,67 @@ void x4_step_params(const x4_config *c, const x4_block_w *hw, const x4k_step_lay
 	p->clock = NULL;
 }
 
-#else
-typedef int x4_step_host_unused;
 #endif
+
+static uint64_t nb(const x4_gguf_tensor *t) { return t ? t->nbytes : 0; }
+
+int x4_step_phase_list(const x4_model *m, int ctx, x4_step_phase *ph, int max)
+{
+	const x4_config *c = &m->c;
+	int n = 0;
+#define PUT(l, nm, b)                                                       \
+	do {                                                                \
+		if (n < max)                                                \
+			ph[n] = (x4_step_phase){ (l), (nm), (uint64_t)(b) }; \
+		n++;                                                        \
+	} while (0)
+	const uint64_t E = (uint64_t)X4_MAX(1, c->n_expert), k = (uint64_t)c->n_expert_used;
+	const uint64_t cw = (uint64_t)(c->kv_lora + c->d_rope);
+	PUT(-1, "embed", nb(m->token_embd) / (uint64_t)X4_MAX(1, c->n_vocab) + nb(m->blk[0].hc_attn_fn));
+	for (int b = 0; b < c->n_block; b++) {
+		const x4_block_w *w = &m->blk[b];
+		const uint64_t next = b + 1 < c->n_block ? nb(m->blk[b + 1].hc_attn_fn) : 0;
+		PUT(b, "attn_qa_kva", nb(w->attn_q_a) + nb(w->attn_kv_a_mqa) + nb(w->attn_norm) +
+				      nb(w->hc_attn_base) + nb(w->hc_attn_scale));
+		PUT(b, "attn_qb", nb(w->attn_q_b) + nb(w->attn_q_a_norm) + nb(w->attn_kv_a_norm));
+		PUT(b, "attn_absorb", nb(w->attn_k_b));
+		PUT(b, "attn_cache", (uint64_t)ctx * cw * 2);
+		PUT(b, "attn_expand", nb(w->attn_v_b));
+		PUT(b, "attn_out_update", nb(w->attn_output) + nb(w->hc_ffn_fn));
+		if (w->moe) {
+			PUT(b, "moe_router_shared", nb(w->ffn_gate_inp) + nb(w->exp_probs_b) +
+						    nb(w->ffn_gate_shexp) + nb(w->ffn_up_shexp) +
+						    nb(w->ffn_norm) + nb(w->hc_ffn_base) +
+						    nb(w->hc_ffn_scale));
+			PUT(b, "moe_routed_gate_up", (nb(w->ffn_gate_exps) + nb(w->ffn_up_exps)) / E * k);
+			PUT(b, "moe_down_update", nb(w->ffn_down_exps) / E * k + nb(w->ffn_down_shexp) + next);
+		} else {
+			PUT(b, "dense_gate_up", nb(w->ffn_gate) + nb(w->ffn_up) + nb(w->ffn_norm) +
+						nb(w->hc_ffn_base) + nb(w->hc_ffn_scale));
+			PUT(b, "dense_down_update", nb(w->ffn_down) + next);
+		}
+	}
+	PUT(-1, "head", nb(m->output) + nb(m->output_norm));
+#undef PUT
+	return n;
+}
+
+uint64_t x4_step_token_bytes(const x4_model *m)
+{
+	const x4_config *c = &m->c;
+	uint64_t n = m->output->nbytes + m->output_norm->nbytes +
+		     m->token_embd->nbytes / (uint64_t)X4_MAX(1, c->n_vocab);
+	for (int b = 0; b < c->n_block; b++) {
+		const x4_block_w *w = &m->blk[b];
+#define X4_SUM_(f, ...) n += w->f ? w->f->nbytes : 0;
+		X4_BLOCK_TENSORS(X4_SUM_)
+#undef X4_SUM_
+		if (w->moe && c->n_expert > 0) { /* k of E experts' rows, not all */
+			uint64_t ex = w->ffn_gate_exps->nbytes + w->ffn_up_exps->nbytes +
+				      w->ffn_down_exps->nbytes;
+			n -= ex - ex / (uint64_t)c->n_expert * (uint64_t)c->n_expert_used;
+		}
+	}
+	return n;
+}
+

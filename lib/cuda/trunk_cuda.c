@@ -281,6 +281,46 @@ static int pick_chunk(x4_trunk_cuda *t, x4_err *e)
 			  floor_t, mib(need));
 }
 
+/* The persistent decode step where the options ask for it and it runs
+ * here (x4_trunk_opts.step): its layers uploaded beside the workspace, its
+ * parameters over the trunk's cache and workspace.  AUTO falls back to the
+ * multi-kernel step quietly; PERSISTENT by name is refused with the reason. */
+static int plan_step(x4_trunk_cuda *t, x4_err *e)
+{
+	const x4_config *c = t->c;
+	t->step_on = false;
+	int want = t->o.step;
+	if (want == X4_STEP_KERNELS || (want == X4_STEP_AUTO && t->o.hc_eager))
+		return 0;
+	size_t n = sizeof(x4k_step_layer) * (size_t)c->n_block;
+	x4k_step_layer *host = x4_alloc(n, "the persistent step's layers", e);
+	if (!host)
+		return X4_ENOMEM;
+	x4_step_layers(c, t->m->blk, t->blk, t->cache, t->max_ctx, host);
+	int rc = x4_dev_alloc((void **)&t->step_layers, n, "the persistent step's layers", e);
+	if (!rc)
+		rc = x4_cuda_check(cudaMemcpy(t->step_layers, host, n, cudaMemcpyHostToDevice),
+				   "upload the persistent step's layers", e);
+	free(host);
+	if (rc)
+		return rc;
+	x4_step_params(c, t->m->blk, t->step_layers, t->token_embd, t->output_norm, t->output,
+		       t->max_ctx, &t->w, &t->step_p);
+	/* the phase clock, always on: one store a phase by one thread */
+	const x4k_step_ws sw = x4k_step_ws_of(c->n_head, c->kv_lora, c->n_expert, c->n_expert_used,
+					      c->n_ff_exp, c->n_embd);
+	t->step_p.clock = (unsigned long long *)((char *)t->w.step_ws + sw.clock);
+	x4_err ce = { 0 };
+	if (x4k_step_check(&t->step_p, &ce)) {
+		if (want == X4_STEP_PERSISTENT)
+			return x4_err_set(e, X4_EINVAL, "--step persistent cannot run on %s: %s (use "
+					  "--step kernels or auto)", t->dev_name, ce.msg);
+		return 0;
+	}
+	t->step_on = true;
+	return 0;
+}
+
 /* What the request options decide, on weights already resident: the
  * cache for max_ctx, the prefill chunk and its workspaces, the pinned
  * staging, the narrow residual's host copy.  unplan() undoes it. */
@@ -313,6 +353,9 @@ static int plan(x4_trunk_cuda *t, x4_err *e)
 		    "allocate pinned host memory for the position", e);
 	X4_CUDA_TRY(cudaStreamSynchronize(t->s), "prepare the trunk on the GPU", e);
 
+	if ((rc = plan_step(t, e)))
+		return rc;
+
 	size_t D = (size_t)c->n_embd, hc = (size_t)c->n_hc;
 	if (t->o.resid != X4_RESID_F32 &&
 	    !(t->narrow_host = x4_alloc(sizeof(float) * (size_t)t->chunk * hc * D,
@@ -329,6 +372,9 @@ static void unplan(x4_trunk_cuda *t)
 		cudaGraphExecDestroy(t->step_graph);
 	t->step_graph = NULL;
 	t->graph_failed = false;
+	x4_dev_free(t->step_layers);
+	t->step_layers = NULL;
+	t->step_on = false;
 	x4_dev_free(t->work);
 	x4_dev_free(t->cache);
 	t->work = NULL;
@@ -578,10 +624,32 @@ void x4_trunk_cuda_stats(const x4_trunk_cuda *t, x4_trunk_stats *s)
 	s->max_ctx = t->max_ctx;
 	s->prefill_chunk = t->chunk;
 	s->attn = t->o.attn;
+	s->step = x4_trunk_cuda_step(t);
 	snprintf(s->device, sizeof s->device, "%.120s", t->dev_name);
 }
 
 int x4_trunk_cuda_attn(const x4_trunk_cuda *t) { return t->o.attn; }
+
+int x4_trunk_cuda_step(const x4_trunk_cuda *t) { return t->step_on ? X4_STEP_PERSISTENT : X4_STEP_KERNELS; }
+
+int x4_trunk_cuda_step_clock(x4_trunk_cuda *t, double *ns, int n, x4_err *e)
+{
+	if (!t->step_on)
+		return 0;
+	const x4_config *c = t->c;
+	const int slots = x4k_step_phases(c->n_block, c->n_dense);
+	if (n > slots - 1)
+		n = slots - 1;
+	if (n <= 0 || !ns)
+		return X4_MAX(n, 0);
+	unsigned long long clk[X4K_STEP_MAX_PHASES];
+	X4_CUDA_TRY(cudaSetDevice(t->dev), "select the CUDA device", e);
+	X4_CUDA_TRY(cudaMemcpy(clk, t->step_p.clock, sizeof clk[0] * (size_t)(n + 1),
+			       cudaMemcpyDeviceToHost), "read the persistent step's clock", e);
+	for (int i = 0; i < n; i++)
+		ns[i] = (double)(clk[i + 1] - clk[i]);
+	return n;
+}
 
 #else /* no CUDA in this build */
 
@@ -620,6 +688,8 @@ int x4_trunk_cuda_forward(x4_trunk_cuda *t, const int32_t *ids, int n, float *lo
 void x4_trunk_cuda_set_probe(x4_trunk_cuda *t, x4_probe_fn fn, void *ctx) { (void)t; }
 void x4_trunk_cuda_stats(const x4_trunk_cuda *t, x4_trunk_stats *s) { (void)t; (void)s; }
 int x4_trunk_cuda_attn(const x4_trunk_cuda *t) { (void)t; return X4_ATTN_FP32; }
+int x4_trunk_cuda_step(const x4_trunk_cuda *t) { (void)t; return X4_STEP_KERNELS; }
+int x4_trunk_cuda_step_clock(x4_trunk_cuda *t, double *ns, int n, x4_err *e) { (void)t; return 0; }
 uint64_t x4_trunk_cuda_row_bytes(const x4_trunk_cuda *t) { (void)t; return 0; }
 
 int x4_trunk_cuda_cache_read(x4_trunk_cuda *t, int from, int n, void *rows, x4_err *e)
