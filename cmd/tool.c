@@ -165,7 +165,9 @@ const char x4t_trunk_help[] =
 "                          card and the model take it, unless --hc eager),\n"
 "                          persistent (one kernel a step: sm_80 and later), or\n"
 "                          kernels (the multi-kernel step, which --attn, --gemm,\n"
-"                          --pdl and --hc apply to)\n";
+"                          --pdl and --hc apply to)\n"
+"      --step-warps N      warps a block of the persistent step: 8 or 16 (default\n"
+"                          0: the most the card's shared memory takes)\n";
 
 const char x4t_load_help[] =
 "      --device DEV        cpu (default) or cuda:N\n"
@@ -214,6 +216,7 @@ bool x4t_trunk_opt(int c, const char *arg, x4_trunk_opts *o)
 	case X4T_O_ATTN: o->attn = pick("--attn", arg, attn, 3); break;
 	case X4T_O_GEMM: o->gemm = pick("--gemm", arg, gemm, 2); break;
 	case X4T_O_STEP: o->step = pick("--step", arg, step, 3); break;
+	case X4T_O_STEP_WARPS: o->step_warps = (int)x4t_long(arg, 0, 16, "--step-warps"); break;
 	default: return false;
 	}
 	return true;
@@ -288,12 +291,13 @@ void x4t_settings(const x4_trunk_opts *o, const x4_sampler_opts *so, char *out, 
 	char chunk[16], ctx[16];
 	snprintf(chunk, sizeof chunk, "%d", o->prefill_chunk);
 	snprintf(ctx, sizeof ctx, "%d", o->max_ctx);
-	snprintf(out, cap, "hc=%s graph=%s pdl=%s attn=%s gemm=%s step=%s sublayer=%s resid=%s "
-		 "prec=%s kv=%s max_ctx=%s chunk=%s threads=%d temperature=%g top_k=%d top_p=%g seed=%llu",
+	snprintf(out, cap, "hc=%s graph=%s pdl=%s attn=%s gemm=%s step=%s step_warps=%d sublayer=%s "
+		 "resid=%s prec=%s kv=%s max_ctx=%s chunk=%s threads=%d temperature=%g top_k=%d top_p=%g "
+		 "seed=%llu",
 		 o->device < 0 ? "n/a" : o->hc_eager ? "eager" : "fused",
 		 o->device < 0 ? "n/a" : o->no_graph ? "off" : "on",
 		 o->device < 0 ? "n/a" : o->pdl ? "on" : "off", x4t_attn_name(o->device, o->attn), x4t_gemm_name(o),
-		 x4t_step_name(o->device, o->step),
+		 x4t_step_name(o->device, o->step), o->step_warps,
 		 x4t_sub_name(o->sublayer),
 		 x4_resid_name(o->resid), x4t_prec_name(o->prec), x4t_kv_name(o),
 		 o->max_ctx ? ctx : "auto", o->prefill_chunk ? chunk : "auto",

@@ -42,7 +42,7 @@ void x4t_ids(const char *s, int32_t **ids, size_t *n);
  * when c was one). */
 enum {
 	X4T_O_MAXLEN = 1000, X4T_O_RESID, X4T_O_PREC, X4T_O_KV, X4T_O_HC, X4T_O_SUB,
-	X4T_O_GRAPH, X4T_O_THREADS, X4T_O_CHUNK, X4T_O_PDL, X4T_O_ATTN, X4T_O_GEMM, X4T_O_STEP,
+	X4T_O_GRAPH, X4T_O_THREADS, X4T_O_CHUNK, X4T_O_PDL, X4T_O_ATTN, X4T_O_GEMM, X4T_O_STEP, X4T_O_STEP_WARPS,
 	/* the load options: they need the weights reloaded */
 	X4T_O_DEVICE, X4T_O_GPUMEM,
 	/* sampling */
@@ -61,7 +61,8 @@ enum {
 	{"pdl", required_argument, 0, X4T_O_PDL},                       \
 	{"attn", required_argument, 0, X4T_O_ATTN},                     \
 	{"gemm", required_argument, 0, X4T_O_GEMM},                     \
-	{"step", required_argument, 0, X4T_O_STEP}
+	{"step", required_argument, 0, X4T_O_STEP},                     \
+	{"step-warps", required_argument, 0, X4T_O_STEP_WARPS}
 #define X4T_LOAD_LONGOPTS                                               \
 	{"device", required_argument, 0, X4T_O_DEVICE},                 \
 	{"gpu-memory", required_argument, 0, X4T_O_GPUMEM}

@@ -43,8 +43,10 @@ struct Cfg {
 const Cfg cfgs[] = {
 	{ 16, 3, step_kernel<16, 3> },
 	{ 16, 2, step_kernel<16, 2> },
+	{ 8, 3, step_kernel<8, 3> },
 	{ 8, 2, step_kernel<8, 2> },
 };
+constexpr int NCFG = sizeof cfgs / sizeof cfgs[0];
 
 struct Dev {
 	int sms = 0, smem_optin = 0, major = 0, coop = 0;
@@ -69,14 +71,16 @@ size_t smem_of(const Cfg &c, const x4k_step_params *p, int G)
 	return x4s::blk_smem(c.nw, c.nslot, p->n_hc, x4s::blk_colmax(p->D, G));
 }
 
-/* The configuration for this device and model, or NULL with the reason. */
+/* The configuration for this device and model (the first that fits, of
+ * p->warps warps where asked), or NULL with the reason. */
 const Cfg *pick(const Dev &d, const x4k_step_params *p, int G, x4_err *e)
 {
 	for (const Cfg &c : cfgs)
-		if (smem_of(c, p, G) <= (size_t)d.smem_optin)
+		if ((!p->warps || c.nw == p->warps) && smem_of(c, p, G) <= (size_t)d.smem_optin)
 			return &c;
-	x4_err_set(e, X4_EINVAL, "x4k_step: %zu bytes of shared memory a block needed at least, the "
-		   "device gives %d", smem_of(cfgs[2], p, G), d.smem_optin);
+	x4_err_set(e, X4_EINVAL, "x4k_step: %zu bytes of shared memory a block needed at least%s, "
+		   "the device gives %d", smem_of(cfgs[NCFG - 1], p, G),
+		   p->warps ? " (of the warps asked)" : "", d.smem_optin);
 	return nullptr;
 }
 
@@ -161,7 +165,7 @@ extern "C" int x4k_step(const x4k_step_params *p, cudaStream_t s, x4_err *e)
 	if (!c)
 		return X4_EINVAL;
 	const size_t smem = smem_of(*c, p, G);
-	static std::atomic<unsigned long long> ready[3];
+	static std::atomic<unsigned long long> ready[NCFG];
 	const int ci = (int)(c - cfgs);
 	int dev = 0;
 	cudaGetDevice(&dev);

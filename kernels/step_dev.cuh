@@ -98,7 +98,7 @@ __device__ __forceinline__ void wait_pending(int n)
 #endif
 }
 
-/* The barrier's counter: a release add, an acquire load (GPU scope). */
+/* The barrier's counter: a release add, a relaxed load, the fence (GPU scope). */
 __device__ __forceinline__ void arrive(unsigned *p)
 {
 #if defined(X4_EMU)
@@ -108,17 +108,24 @@ __device__ __forceinline__ void arrive(unsigned *p)
 #endif
 }
 
-__device__ __forceinline__ unsigned acquire(const unsigned *p)
+__device__ __forceinline__ unsigned poll(const unsigned *p)
 {
 #if defined(X4_EMU)
 	emu_yield();
 	return __atomic_load_n(p, __ATOMIC_SEQ_CST);
 #elif defined(X4S_DEVICE)
 	unsigned v;
-	asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+	asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
 	return v;
 #else
 	return *p;
+#endif
+}
+
+__device__ __forceinline__ void fence_acquire()
+{
+#if defined(X4S_DEVICE)
+	asm volatile("fence.acq_rel.gpu;\n" ::: "memory");
 #endif
 }
 
@@ -153,17 +160,61 @@ __device__ __forceinline__ float4 ldcg4(const float *p)
 #endif
 }
 
+/* Loads from L2 come back a round trip later; a loop that uses each load
+ * before the next is issued pays one a value.  These issue 8 at once. */
+
+/* n values of global src (strided by stride) summed in index order:
+ * values lane0, lane0 + step, ... (lane0 < step). */
+__device__ __forceinline__ float sum_ldcg(const float *src, size_t stride, int n, int lane0, int step)
+{
+	float v = 0.f;
+	for (int i0 = lane0; i0 < n; i0 += 8 * step) {
+		float t[8];
+#pragma unroll
+		for (int u = 0; u < 8; u++) {
+			const int i = i0 + u * step;
+			t[u] = i < n ? ldcg(src + (size_t)i * stride) : 0.f;
+		}
+#pragma unroll
+		for (int u = 0; u < 8; u++)
+			v += t[u];
+	}
+	return v;
+}
+
+/* dst[i] = src[i] for i < n (dst shared, src global), by nt threads. */
+__device__ __forceinline__ void copy_ldcg(float *dst, const float *src, int n, int t0, int nt)
+{
+	for (int i0 = t0; i0 < n; i0 += 8 * nt) {
+		float t[8];
+#pragma unroll
+		for (int u = 0; u < 8; u++) {
+			const int i = i0 + u * nt;
+			t[u] = i < n ? ldcg(src + i) : 0.f;
+		}
+#pragma unroll
+		for (int u = 0; u < 8; u++) {
+			const int i = i0 + u * nt;
+			if (i < n)
+				dst[i] = t[u];
+		}
+	}
+}
+
 /* The grid barrier: every block's writes before it are visible to every
  * block after it.  One counter, cleared before the launch, that each block
- * adds 1 to at each barrier; the n-th barrier waits for n * G. */
+ * adds 1 to at each barrier (a release: the block's writes, ordered before
+ * thread 0 by the caller's __syncthreads, go with it); the n-th barrier
+ * waits for n * G with relaxed loads, then one acquire fence, so that the
+ * spinning does not hold up the adds on the counter's line. */
 __device__ __forceinline__ void grid_sync(unsigned *bar, unsigned &target)
 {
 	target += gridDim.x;
-	__syncthreads();
 	if (threadIdx.x == 0) {
 		arrive(bar);
-		while (acquire(bar) < target) {
+		while (poll(bar) < target) {
 		}
+		fence_acquire();
 	}
 	__syncthreads();
 }
@@ -178,27 +229,20 @@ struct Seg {
 	const uint8_t *src;
 	int bytes;
 };
+/* One item's bytes: a segment, or two of the same length (a gate/up pair);
+ * no arrays, so that nothing of it lives in local memory. */
 struct Task {
-	Seg s[2];
-	int n;
+	Seg s0, s1; /* s1.src NULL: one segment */
 };
 
 __device__ __forceinline__ Task task1(const void *src, int bytes)
 {
-	Task t;
-	t.s[0] = { static_cast<const uint8_t *>(src), bytes };
-	t.s[1] = { nullptr, 0 };
-	t.n = 1;
-	return t;
+	return { { static_cast<const uint8_t *>(src), bytes }, { nullptr, 0 } };
 }
 
 __device__ __forceinline__ Task task2(const void *a, const void *b, int bytes)
 {
-	Task t;
-	t.s[0] = { static_cast<const uint8_t *>(a), bytes };
-	t.s[1] = { static_cast<const uint8_t *>(b), bytes };
-	t.n = 2;
-	return t;
+	return { { static_cast<const uint8_t *>(a), bytes }, { static_cast<const uint8_t *>(b), bytes } };
 }
 
 /* Bytes a segment takes in a slot: its covering lines. */
@@ -207,31 +251,30 @@ __device__ __forceinline__ int seg_room(const Seg &g)
 	return (int)((((uintptr_t)g.src & 15) + (uintptr_t)g.bytes + 15) & ~(uintptr_t)15);
 }
 
+/* One segment's covering lines into the slot at off. */
+__device__ __forceinline__ void seg_copy(uint8_t *slot, const Seg &g, int lane)
+{
+	const int mis = (int)((uintptr_t)g.src & 15), n = mis + g.bytes;
+	const uint8_t *a = g.src - mis;
+	for (int o = 16 * lane; o < n; o += 512) {
+		/* the first line may start before src: bytes of the row or tensor
+		 * before it, inside the weights' allocation (256-aligned tensors) */
+		cp16(slot + o, a + o, n - o < 16 ? n - o : 16);
+	}
+}
+
 __device__ __forceinline__ void task_copy(uint8_t *slot, const Task &t, int lane)
 {
-	int off = 0;
-	for (int i = 0; i < t.n; i++) {
-		const Seg &g = t.s[i];
-		const int mis = (int)((uintptr_t)g.src & 15), n = mis + g.bytes;
-		const uint8_t *a = g.src - mis;
-		for (int o = 16 * lane; o < n; o += 512) {
-			/* the first line may start before src: bytes of the row or tensor
-			 * before it, inside the weights' allocation (256-aligned tensors) */
-			cp16(slot + off + o, a + o, n - o < 16 ? n - o : 16);
-		}
-		off += seg_room(g);
-	}
+	seg_copy(slot, t.s0, lane);
+	if (t.s1.src)
+		seg_copy(slot + seg_room(t.s0), t.s1, lane);
 }
 
 /* Where each segment's first byte sits in the slot. */
 __device__ __forceinline__ void task_ptrs(const uint8_t *slot, const Task &t, const uint8_t *(&p)[2])
 {
-	int off = 0;
-	for (int i = 0; i < 2; i++) {
-		p[i] = slot + off + ((uintptr_t)t.s[i].src & 15);
-		if (i < t.n)
-			off += seg_room(t.s[i]);
-	}
+	p[0] = slot + ((uintptr_t)t.s0.src & 15);
+	p[1] = slot + seg_room(t.s0) + ((uintptr_t)t.s1.src & 15);
 }
 
 /* A phase's position: the warp's j-th task t, chunk c of its nc. */
@@ -476,13 +519,14 @@ __device__ __forceinline__ float blk_q8(const uint8_t *b, const float *x, float 
 	return fmaf(f16(*reinterpret_cast<const uint16_t *>(b)), s, acc);
 }
 
-/* Rows of 32-value blocks in a slot, nr rows (r-th at rows[r], each nb
- * blocks of type FMT starting at block b0 of x's range): lanes in groups of
- * g (a power of two), group q taking rows q, q + 32/g, ...; a lane the
- * blocks lane%g, lane%g + g, ...  acc[i] is this lane's partial of its i-th
- * row (i < R).  x (its first value that of the chunk's first block). */
+/* Rows of 32-value blocks in a slot, nr rows (row r at base + r * stride:
+ * one segment's rows, or a pair's two segments with stride their
+ * distance), each nb blocks of type fmt: lanes in groups of g (a power of
+ * two), group q taking rows q, q + 32/g, ...; a lane the blocks lane%g,
+ * lane%g + g, ...  acc[i] is this lane's partial of its i-th row (i < R).
+ * x: the values of the rows' first block on. */
 template <int R, bool XG>
-__device__ __forceinline__ void dot_blocks(int fmt, const uint8_t *const *rows, int nr, int nb,
+__device__ __forceinline__ void dot_blocks(int fmt, const uint8_t *base, ptrdiff_t stride, int nr, int nb,
 					   const float *x, int lane, int g, float (&acc)[R])
 {
 	const int bb = fmt == X4_T_Q8_0 ? 34 : 18, ng = 32 / g, q = lane / g;
@@ -495,7 +539,7 @@ __device__ __forceinline__ void dot_blocks(int fmt, const uint8_t *const *rows, 
 		for (int i = 0; i < R; i++) {
 			const int r = q + ng * i;
 			if (r < nr) {
-				const uint8_t *b = rows[r] + (size_t)j * bb;
+				const uint8_t *b = base + r * stride + (ptrdiff_t)j * bb;
 				acc[i] = fmt == X4_T_Q8_0 ? blk_q8<XG>(b, x + 32 * j, acc[i])
 							  : blk_iq4<XG>(b, x + 32 * j, k, acc[i]);
 			}

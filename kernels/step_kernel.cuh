@@ -25,28 +25,28 @@ template <int NW> __device__ void pro_qnorm(Blk<NW> &B, const x4k_step_layer *L)
 	const x4k_step_params &p = *B.p;
 	const int ql = p.q_lora;
 	float ss = 0.f;
-	for (int i = B.tid; i < ql; i += NT) {
+	for (int i = tid_(); i < ql; i += NT) {
 		const float v = ldcg(p.cq + i);
 		B.xs[i] = v;
 		ss = fmaf(v, v, ss);
 	}
 	ss = x4c::block_sum(ss, B.red);
 	const float inv = 1.0f / sqrtf(ss / (float)ql + p.eps);
-	for (int i = B.tid; i < ql; i += NT)
+	for (int i = tid_(); i < ql; i += NT)
 		B.xs[i] = (B.xs[i] * inv) * L->q_a_norm[i];
 	if (B.b == B.G - 1) {
 		const int kvl = p.kv_lora, cw = kvl + p.d_rope, pos = p.pos[0];
 		float kss = 0.f;
-		for (int i = B.tid; i < kvl; i += NT) {
+		for (int i = tid_(); i < kvl; i += NT) {
 			const float v = ldcg(p.kva + i);
 			kss = fmaf(v, v, kss);
 		}
 		kss = x4c::block_sum(kss, B.red);
 		const float kinv = 1.0f / sqrtf(kss / (float)kvl + p.eps);
 		__half *row = reinterpret_cast<__half *>(L->cache) + (size_t)pos * cw;
-		for (int i = B.tid; i < kvl; i += NT)
+		for (int i = tid_(); i < kvl; i += NT)
 			row[i] = __float2half_rn((ldcg(p.kva + i) * kinv) * L->kv_a_norm[i]);
-		for (int i = B.tid; i < p.d_rope / 2; i += NT) {
+		for (int i = tid_(); i < p.d_rope / 2; i += NT) {
 			const float2 r = x4c::rope_pair(ldcg(p.kva + kvl + 2 * i), ldcg(p.kva + kvl + 2 * i + 1), pos,
 							p.omega[i]);
 			row[kvl + 2 * i] = __float2half_rn(r.x);
@@ -63,10 +63,9 @@ template <int NW> __device__ void pro_q(Blk<NW> &B)
 	constexpr int NT = 32 * NW;
 	const x4k_step_params &p = *B.p;
 	const int dqk = p.d_nope + p.d_rope, cw = p.kv_lora + p.d_rope, hr = p.d_rope / 2;
-	for (int i = B.tid; i < p.n_head * dqk; i += NT)
-		B.xs[i] = ldcg(p.q + i);
+	copy_ldcg(B.xs, p.q, p.n_head * dqk, tid_(), NT);
 	const int pos = p.pos[0];
-	for (int g = B.tid + NT * B.b; g < p.n_head * hr; g += NT * B.G) {
+	for (int g = tid_() + NT * B.b; g < p.n_head * hr; g += NT * B.G) {
 		const int h = g / hr, i = g % hr;
 		const float *qr = p.q + (size_t)h * dqk + p.d_nope + 2 * i;
 		const float2 r = x4c::rope_pair(ldcg(qr), ldcg(qr + 1), pos, p.omega[i]);
@@ -99,13 +98,12 @@ template <int NW> __device__ void attention(Blk<NW> &B, const x4k_step_layer *L)
 	__half *rows = reinterpret_cast<__half *>(B.ring);
 	float *scp = reinterpret_cast<float *>(B.ring + (((size_t)AT_T * RS * 2 + 15) & ~(size_t)15));
 	float *P = scp + NSPL * NH * AT_T, *alpha = P + NH * AT_T, *mrun = alpha + NH, *lrun = mrun + NH;
-	for (int i = B.tid; i < NH * cw; i += NT)
-		B.xs[i] = ldcg(p.qt + (size_t)h0 * cw + i);
-	if (B.tid < NH) {
-		mrun[B.tid] = -INFINITY;
-		lrun[B.tid] = 0.f;
+	copy_ldcg(B.xs, p.qt + (size_t)h0 * cw, NH * cw, tid_(), NT);
+	if (tid_() < NH) {
+		mrun[tid_()] = -INFINITY;
+		lrun[tid_()] = 0.f;
 	}
-	const int tau = B.tid % AT_T, hh = (B.tid / AT_T) % NH, sp = B.tid / (AT_T * NH);
+	const int tau = tid_() % AT_T, hh = (tid_() / AT_T) % NH, sp = tid_() / (AT_T * NH);
 	const int nchk = NH * kvl / 8, per = kvl / 8;
 	float acc[2][8];
 #pragma unroll
@@ -116,7 +114,7 @@ template <int NW> __device__ void attention(Blk<NW> &B, const x4k_step_layer *L)
 	const char *cache = reinterpret_cast<const char *>(L->cache);
 	for (int tb = t0; tb < t1; tb += AT_T) {
 		const int nr = min(AT_T, t1 - tb), lines = cw / 8;
-		for (int q = B.tid; q < nr * lines; q += NT) {
+		for (int q = tid_(); q < nr * lines; q += NT) {
 			const int r = q / lines, o = q % lines;
 			cp16(rows + (size_t)r * RS + 8 * o, cache + ((size_t)(tb + r) * cw + 8 * o) * 2, 16);
 		}
@@ -146,21 +144,21 @@ template <int NW> __device__ void attention(Blk<NW> &B, const x4k_step_layer *L)
 			scp[(sp * NH + hh) * AT_T + tau] = a;
 		}
 		__syncthreads();
-		if (B.warp < NH) { /* head h's online softmax, a lane a row */
-			const int h = B.warp;
+		if (warp_() < NH) { /* head h's online softmax, a lane a row */
+			const int h = warp_();
 			float sc = -INFINITY;
-			if (B.lane < nr) {
+			if (lane_() < nr) {
 				float d = 0.f;
 				for (int q = 0; q < NSPL; q++)
-					d += scp[(q * NH + h) * AT_T + B.lane];
+					d += scp[(q * NH + h) * AT_T + lane_()];
 				sc = d * p.kq_scale;
 			}
 			const float mold = mrun[h], mnew = fmaxf(mold, x4c::warp_max(sc));
-			const float pr = B.lane < nr ? expf(sc - mnew) : 0.f;
+			const float pr = lane_() < nr ? expf(sc - mnew) : 0.f;
 			const float sum = x4c::warp_sum(pr);
-			P[h * AT_T + B.lane] = pr;
+			P[h * AT_T + lane_()] = pr;
 			__syncwarp();
-			if (B.lane == 0) {
+			if (lane_() == 0) {
 				const float al = expf(mold - mnew);
 				alpha[h] = al;
 				mrun[h] = mnew;
@@ -170,7 +168,7 @@ template <int NW> __device__ void attention(Blk<NW> &B, const x4k_step_layer *L)
 		__syncthreads();
 #pragma unroll
 		for (int i = 0; i < 2; i++) { /* this thread's 8 latent columns of a head */
-			const int ci = B.tid + NT * i;
+			const int ci = tid_() + NT * i;
 			if (ci >= nchk)
 				break;
 			const int h = ci / per, c0 = 8 * (ci % per);
@@ -189,13 +187,13 @@ template <int NW> __device__ void attention(Blk<NW> &B, const x4k_step_layer *L)
 		}
 		__syncthreads(); /* the rows and P are the next tile's */
 	}
-	if (B.tid < NH) {
-		B.pm[(size_t)s * nhd + h0 + B.tid] = mrun[B.tid];
-		B.pl[(size_t)s * nhd + h0 + B.tid] = lrun[B.tid];
+	if (tid_() < NH) {
+		B.pm[(size_t)s * nhd + h0 + tid_()] = mrun[tid_()];
+		B.pl[(size_t)s * nhd + h0 + tid_()] = lrun[tid_()];
 	}
 #pragma unroll
 	for (int i = 0; i < 2; i++) {
-		const int ci = B.tid + NT * i;
+		const int ci = tid_() + NT * i;
 		if (ci >= nchk)
 			break;
 		const int h = ci / per, c0 = 8 * (ci % per);
@@ -224,28 +222,37 @@ template <int NW> __device__ void pro_combine(Blk<NW> &B, int ntask, int R)
 		int S, span;
 		att_split(len, B.G, nhd / att_heads(nhd), &S, &span);
 		float *w = B.xs + XS - nb * (S + 1); /* [nb][S] weights, then [nb] 1 / sums */
-		for (int hb = B.warp; hb < nb; hb += NW) {
+		for (int hb = warp_(); hb < nb; hb += NW) {
 			const int h = hlo + hb;
 			float m = -INFINITY;
-			for (int q = B.lane; q < S; q += 32)
+			for (int q = lane_(); q < S; q += 32)
 				m = fmaxf(m, ldcg(B.pm + (size_t)q * nhd + h));
 			m = x4c::warp_max(m);
 			float l = 0.f;
-			for (int q = B.lane; q < S; q += 32) {
+			for (int q = lane_(); q < S; q += 32) {
 				const float e = expf(ldcg(B.pm + (size_t)q * nhd + h) - m);
 				w[hb * S + q] = e;
 				l = fmaf(e, ldcg(B.pl + (size_t)q * nhd + h), l);
 			}
 			l = x4c::warp_sum(l);
-			if (B.lane == 0)
+			if (lane_() == 0)
 				w[nb * S + hb] = 1.0f / l;
 		}
 		__syncthreads();
-		for (int i = B.tid; i < nb * kvl; i += NT) {
+		for (int i = tid_(); i < nb * kvl; i += NT) {
 			const int hb = i / kvl, c = i % kvl, h = hlo + hb;
+			const float *src = B.pacc + (size_t)h * kvl + c; /* split q at q * nhd * kvl */
 			float a = 0.f;
-			for (int q = 0; q < S; q++)
-				a = fmaf(w[hb * S + q], ldcg(B.pacc + ((size_t)q * nhd + h) * kvl + c), a);
+			for (int q0 = 0; q0 < S; q0 += 8) { /* 8 loads in flight, the sum in split order */
+				float t[8];
+#pragma unroll
+				for (int u = 0; u < 8; u++)
+					t[u] = q0 + u < S ? ldcg(src + (size_t)(q0 + u) * nhd * kvl) : 0.f;
+#pragma unroll
+				for (int u = 0; u < 8; u++)
+					if (q0 + u < S)
+						a = fmaf(w[hb * S + q0 + u], t[u], a);
+			}
 			B.xs[i] = a * w[nb * S + hb];
 		}
 	}
@@ -255,8 +262,7 @@ template <int NW> __device__ void pro_combine(Blk<NW> &B, int ntask, int R)
 /* n floats of global src (an activation) into xs at off. */
 template <int NW> __device__ void pro_load(Blk<NW> &B, const float *src, int n, int off)
 {
-	for (int i = B.tid; i < n; i += 32 * NW)
-		B.xs[off + i] = ldcg(src + i);
+	copy_ldcg(B.xs + off, src, n, tid_(), 32 * NW);
 }
 
 /* F2: the router's choice (docs/forward.md 7.2) on warp 0: the scores, the
@@ -265,17 +271,17 @@ template <int NW> __device__ void pro_load(Blk<NW> &B, const float *src, int n, 
 template <int NW> __device__ void pro_topk(Blk<NW> &B, const x4k_step_layer *L)
 {
 	const x4k_step_params &p = *B.p;
-	if (B.warp == 0) {
+	if (warp_() == 0) {
 		float *g = B.sw; /* [n_expert] scores */
-		for (int e = B.lane; e < p.n_expert; e += 32)
+		for (int e = lane_(); e < p.n_expert; e += 32)
 			g[e] = 1.f / (1.f + expf(-ldcg(B.lg + e)));
 		__syncwarp();
 		int32_t *sel = reinterpret_cast<int32_t *>(B.sw + MAXE);
 		float *wts = B.sw + MAXE + MAXK;
-		x4c::moe_select_token(0, B.lane, p.n_expert, p.k, g, L->router_bias, p.expert_scale,
+		x4c::moe_select_token(0, lane_(), p.n_expert, p.k, g, L->router_bias, p.expert_scale,
 				      p.expert_norm != 0, sel, wts);
 		__syncwarp();
-		if (B.lane == 0) {
+		if (lane_() == 0) {
 			int n = 0;
 			for (int i = 0; i < p.k; i++) { /* insertion by id */
 				const int e = sel[i];
@@ -300,7 +306,7 @@ template <int NW> __device__ void pro_topk(Blk<NW> &B, const x4k_step_layer *L)
 template <int NW> __device__ void down_sum(Blk<NW> &B, bool shared)
 {
 	const int ns = B.snsel[0], cm = B.colmax;
-	for (int li = B.tid; li < B.ncol; li += 32 * NW) {
+	for (int li = tid_(); li < B.ncol; li += 32 * NW) {
 		float a = 0.f;
 		for (int m = 0; m < ns; m++)
 			a = a + B.swts[m] * B.res[(size_t)m * cm + li];
@@ -316,25 +322,24 @@ template <int NW> __device__ void pro_head(Blk<NW> &B)
 {
 	const x4k_step_params &p = *B.p;
 	const int D = p.D;
-	if (B.warp == 0) {
-		float v = 0.f;
-		for (int bb = B.lane; bb < B.G; bb += 32)
-			v += ldcg(B.part + (size_t)bb * X4K_STEP_NPART);
+	if (warp_() == 0) {
+		float v = sum_ldcg(B.part, X4K_STEP_NPART, B.G, lane_(), 32);
 		v = x4c::warp_sum(v);
-		if (B.lane == 0)
+		if (lane_() == 0)
 			B.red[0] = v;
 	}
 	__syncthreads();
 	const float inv = 1.0f / sqrtf(B.red[0] / (float)D + p.eps);
-	for (int c = B.tid; c < D; c += 32 * NW)
-		B.xs[c] = (ldcg(B.hbar + c) * inv) * p.output_norm[c];
+	copy_ldcg(B.xs, B.hbar, D, tid_(), 32 * NW);
+	for (int c = tid_(); c < D; c += 32 * NW)
+		B.xs[c] = (B.xs[c] * inv) * p.output_norm[c];
 	__syncthreads();
 }
 
 /* ---------------- the step ---------------- */
 
 template <int NW, int NSLOT>
-__global__ void __launch_bounds__(32 * NW, 1) step_kernel(const x4k_step_params p)
+__global__ void __launch_bounds__(32 * NW, 1) step_kernel(const x4k_step_params prm)
 {
 #if defined(X4S_DEVICE) || defined(X4_EMU)
 #ifdef X4_EMU
@@ -342,17 +347,17 @@ __global__ void __launch_bounds__(32 * NW, 1) step_kernel(const x4k_step_params 
 #else
 	extern __shared__ __align__(16) uint8_t step_smem[];
 #endif
-	Blk<NW> B;
-	blk_init<NW, NSLOT>(B, &p, step_smem);
+	Blk<NW> &B = blk_init<NW, NSLOT>(prm, step_smem);
+	const x4k_step_params &p = B.P;
+	Sync S = { 0, 0 };
 	Ring<NSLOT> R;
-	R.base = B.ring + (size_t)B.warp * NSLOT * SLOTB;
+	R.base = B.ring + (size_t)warp_() * NSLOT * SLOTB;
 	R.head = R.tail = 0;
-	R.lane = B.lane;
+	R.lane = lane_();
 	const NoPhase none;
 	Cur nn = { 0, -1, 0, 0 };
 
-	if (p.clock && B.b == 0 && B.tid == 0)
-		p.clock[0] = clock_ns();
+	clk_exit(B, 0);
 	/* the embedding at this block's columns and the first gate's partials */
 	fn_slice_copy(B, p.layers[0].hc_fn[0]);
 	commit();
@@ -361,7 +366,7 @@ __global__ void __launch_bounds__(32 * NW, 1) step_kernel(const x4k_step_params 
 	col_phase(B, COL_EMBED, false);
 	Cur ic = cur_start(PhQA<NW>(B, &p.layers[0]));
 	R.fill(PhQA<NW>(B, &p.layers[0]), ic, none, nn);
-	phase_end(B);
+	phase_end(B, S);
 
 	for (int l = 0; l < p.n_layer; l++) {
 		const x4k_step_layer *L = &p.layers[l];
@@ -369,6 +374,7 @@ __global__ void __launch_bounds__(32 * NW, 1) step_kernel(const x4k_step_params 
 		const uint16_t *fn_next = last ? nullptr : p.layers[l + 1].hc_fn[0];
 		/* A1 */
 		gate_finish(B, L->hc_base[0], L->hc_scale[0], L->norm[0]);
+		clk_mark(B, S);
 		{
 			const PhQA<NW> ph(B, L);
 			const PhQB<NW> nx(B, L);
@@ -377,9 +383,10 @@ __global__ void __launch_bounds__(32 * NW, 1) step_kernel(const x4k_step_params 
 			gate_coef(B);
 			ic = nic;
 		}
-		phase_end(B);
+		phase_end(B, S);
 		/* A2 */
 		pro_qnorm(B, L);
+		clk_mark(B, S);
 		{
 			const PhQB<NW> ph(B, L);
 			const PhAbsorb<NW> nx(B, L);
@@ -387,14 +394,15 @@ __global__ void __launch_bounds__(32 * NW, 1) step_kernel(const x4k_step_params 
 			R.run(ph, ic, nx, nic);
 			ic = nic;
 		}
-		phase_end(B);
+		phase_end(B, S);
 		/* A3 */
 		pro_q(B);
+		clk_mark(B, S);
 		{
 			const PhAbsorb<NW> ph(B, L);
 			R.run(ph, ic, none, nn);
 		}
-		phase_end(B);
+		phase_end(B, S);
 		/* A4 */
 		attention(B, L);
 		{
@@ -402,20 +410,22 @@ __global__ void __launch_bounds__(32 * NW, 1) step_kernel(const x4k_step_params 
 			ic = cur_start(nx);
 			R.fill(none, nn, nx, ic);
 		}
-		phase_end(B);
+		phase_end(B, S);
 		/* A5 */
 		{
 			const PhExpand<NW> ph(B, L);
 			pro_combine(B, ph.m.ntask(), ph.m.R);
+			clk_mark(B, S);
 			const PhOut<NW> nx(B, L);
 			Cur nic = cur_start(nx);
 			R.run(ph, ic, nx, nic);
 			ic = nic;
 		}
-		phase_end(B);
+		phase_end(B, S);
 		/* A6 */
 		pro_load(B, p.o, p.n_head * p.d_v, 0);
 		__syncthreads();
+		clk_mark(B, S);
 		if (L->router) {
 			const PhOut<NW> ph(B, L);
 			const PhRouter<NW> nx(B, L);
@@ -431,18 +441,20 @@ __global__ void __launch_bounds__(32 * NW, 1) step_kernel(const x4k_step_params 
 		}
 		__syncthreads();
 		col_phase(B, COL_UPDATE, false);
-		phase_end(B);
+		phase_end(B, S);
 		/* F1 */
 		gate_finish(B, L->hc_base[1], L->hc_scale[1], L->norm[1]);
+		clk_mark(B, S);
 		if (L->router) {
 			{
 				const PhRouter<NW> ph(B, L);
 				R.run(ph, ic, none, nn);
 				gate_coef(B);
 			}
-			phase_end(B);
+			phase_end(B, S);
 			/* F2 */
 			pro_topk(B, L);
+			clk_mark(B, S);
 			{
 				const PhRouted<NW> ph(B, L);
 				const PhDown<NW> nx(B, L, fn_next);
@@ -451,12 +463,13 @@ __global__ void __launch_bounds__(32 * NW, 1) step_kernel(const x4k_step_params 
 				R.run(ph, ic, nx, nic);
 				ic = nic;
 			}
-			phase_end(B);
+			phase_end(B, S);
 			/* F3 */
 			pro_load(B, B.hx, B.snsel[0] * p.F_e, 0);
 			if (L->down_sh)
 				pro_load(B, p.h, p.F_sh, B.snsel[0] * p.F_e);
 			__syncthreads();
+			clk_mark(B, S);
 			{
 				const PhDown<NW> ph(B, L, fn_next);
 				if (last) {
@@ -482,7 +495,7 @@ __global__ void __launch_bounds__(32 * NW, 1) step_kernel(const x4k_step_params 
 				gate_coef(B);
 				ic = nic;
 			}
-			phase_end(B);
+			phase_end(B, S);
 			/* D3 */
 			{
 				const PhDenseDown<NW> ph(B, L, fn_next);
@@ -501,15 +514,17 @@ __global__ void __launch_bounds__(32 * NW, 1) step_kernel(const x4k_step_params 
 			__syncthreads();
 		}
 		col_phase(B, COL_UPDATE, last);
-		phase_end(B);
+		phase_end(B, S);
 	}
 	pro_head(B);
+	clk_mark(B, S);
 	{
 		const PhHead<NW> ph(B);
 		R.run(ph, ic, none, nn);
 	}
-	if (p.clock && B.b == 0 && B.tid == 0 && B.phase + 1 < X4K_STEP_MAX_PHASES)
-		p.clock[B.phase + 1] = clock_ns();
+	__syncthreads();
+	clk_arrive(B, S.phase + 1);
+	clk_exit(B, S.phase + 1);
 #endif
 }
 

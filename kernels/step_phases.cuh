@@ -27,9 +27,21 @@ namespace x4s {
 
 /* ---------------- a block ---------------- */
 
+/* A thread's place: read from threadIdx where used, never kept in a
+ * struct whose address a phase holds (that would put it, and every access
+ * to it, in local memory: with ~225 KB of shared memory an SM there is
+ * little L1 to hold a stack, so a local access is an L2 round trip). */
+__device__ __forceinline__ int tid_() { return (int)threadIdx.x; }
+__device__ __forceinline__ int warp_() { return (int)threadIdx.x >> 5; }
+__device__ __forceinline__ int lane_() { return (int)threadIdx.x & 31; }
+
+/* The block's uniform state, in its shared memory (written once by thread
+ * 0 at the start): the parameters' copy, the pieces of the workspace and
+ * of shared memory.  The phases hold its address. */
 template <int NW> struct Blk {
-	const x4k_step_params *p;
-	int G, b, tid, warp, lane;
+	x4k_step_params P; /* the launch's parameters, copied */
+	const x4k_step_params *p; /* &P */
+	int G, b;
 	int ncol;          /* columns of D this block owns (UNIT a unit) */
 	int colmax;        /* the most any block owns: sH's row stride */
 	int nc;            /* gate coefficients n_hc * (2 + n_hc) */
@@ -51,17 +63,24 @@ template <int NW> struct Blk {
 	float *res;        /* [MAXK + 1][colmax] the downs' products at them */
 	uint16_t *sfn;     /* [NCMAX][n_hc][colmax] the next gate's projection at them */
 	uint8_t *ring;     /* [NW][NSLOT][SLOTB] */
-	unsigned target;   /* the barrier's next count */
-	int phase;         /* phases done: the clock's slot */
+	unsigned long long *clk_exit, *clk_arrive, *clk_mark; /* the phase clock, or NULL */
 
 	__device__ int col(int li) const { return UNIT * (b + G * (li / UNIT)) + li % UNIT; }
 };
 
-/* Shared memory a block needs beyond the ring (bytes, 16-aligned pieces). */
+/* A thread's own count of barriers and phases (thread 0's drives the
+ * barrier, block 0's thread 0 the clock). */
+struct Sync {
+	unsigned target; /* the barrier's next count */
+	int phase;       /* phases done */
+};
+
+/* Shared memory a block needs (bytes, 16-aligned pieces): Blk, the ring,
+ * the rest. */
 __host__ __device__ inline size_t blk_smem(int NW, int NSLOT, int n_hc, int colmax)
 {
 	auto r16 = [](size_t n) { return (n + 15) & ~(size_t)15; };
-	return (size_t)NW * NSLOT * SLOTB + r16(sizeof(float) * XS) + r16(sizeof(float) * NCMAX) +
+	return r16(sizeof(Blk<16>)) + (size_t)NW * NSLOT * SLOTB + r16(sizeof(float) * XS) + r16(sizeof(float) * NCMAX) +
 	       r16(sizeof(float) * (NCMAX + 8)) + r16(sizeof(float) * (NCMAX + 3)) + r16(sizeof(float) * 32) +
 	       r16(sizeof(float) * (MAXE + 2 * MAXK)) + r16(sizeof(int) * MAXK) + r16(sizeof(float) * MAXK) +
 	       r16(sizeof(int)) + r16(sizeof(float) * (size_t)n_hc * colmax) + r16(sizeof(float) * colmax) +
@@ -95,14 +114,13 @@ __host__ __device__ inline void att_split(int len, int G, int hg, int *s, int *s
 __host__ __device__ inline int blk_colmax(int D, int G) { return UNIT * ((D / UNIT + G - 1) / G); }
 
 template <int NW, int NSLOT>
-__device__ void blk_init(Blk<NW> &B, const x4k_step_params *p, uint8_t *smem)
+__device__ void blk_fill(Blk<NW> &B, const x4k_step_params &prm, uint8_t *smem)
 {
-	B.p = p;
+	B.P = prm;
+	B.p = &B.P;
+	const x4k_step_params *p = &B.P;
 	B.G = gridDim.x;
 	B.b = blockIdx.x;
-	B.tid = threadIdx.x;
-	B.warp = threadIdx.x >> 5;
-	B.lane = threadIdx.x & 31;
 	const int nu = p->D / UNIT;
 	B.ncol = B.b < nu ? UNIT * ((nu - 1 - B.b) / B.G + 1) : 0;
 	B.colmax = blk_colmax(p->D, B.G);
@@ -117,7 +135,7 @@ __device__ void blk_init(Blk<NW> &B, const x4k_step_params *p, uint8_t *smem)
 	B.lg = reinterpret_cast<float *>(ws + w.lg);
 	B.hx = reinterpret_cast<float *>(ws + w.hx);
 	B.hbar = reinterpret_cast<float *>(ws + w.hbar);
-	size_t at = 0;
+	size_t at = (sizeof(Blk<NW>) + 15) & ~(size_t)15;
 	auto take = [&](size_t n) {
 		uint8_t *q = smem + at;
 		at += (n + 15) & ~(size_t)15;
@@ -137,19 +155,51 @@ __device__ void blk_init(Blk<NW> &B, const x4k_step_params *p, uint8_t *smem)
 	B.ys = reinterpret_cast<float *>(take(sizeof(float) * B.colmax));
 	B.res = reinterpret_cast<float *>(take(sizeof(float) * (MAXK + 1) * (size_t)B.colmax));
 	B.sfn = reinterpret_cast<uint16_t *>(take(sizeof(uint16_t) * NCMAX * (size_t)p->n_hc * B.colmax));
-	B.target = 0;
-	B.phase = 0;
+	B.clk_exit = p->clock;
+	B.clk_arrive = p->clock ? p->clock + X4K_STEP_MAX_PHASES : nullptr;
+	B.clk_mark = p->clock ? p->clock + X4K_STEP_MAX_PHASES * (1 + X4K_STEP_CLOCK_BLOCKS) : nullptr;
+}
+
+/* The block's state at the start of its shared memory, by thread 0. */
+template <int NW, int NSLOT>
+__device__ Blk<NW> &blk_init(const x4k_step_params &prm, uint8_t *smem)
+{
+	Blk<NW> &B = *reinterpret_cast<Blk<NW> *>(smem);
+	if (tid_() == 0)
+		blk_fill<NW, NSLOT>(B, prm, smem);
+	__syncthreads();
+	return B;
+}
+
+/* The clock's marks: this block's arrival at the end of phase ph (1-based,
+ * thread 0), block 0's leaving of its barrier, block 0's end of a phase's
+ * prologue. */
+template <int NW> __device__ __forceinline__ void clk_arrive(const Blk<NW> &B, int ph)
+{
+	if (B.clk_arrive && tid_() == 0 && B.b < X4K_STEP_CLOCK_BLOCKS && ph < X4K_STEP_MAX_PHASES)
+		B.clk_arrive[(size_t)ph * X4K_STEP_CLOCK_BLOCKS + B.b] = clock_ns();
+}
+template <int NW> __device__ __forceinline__ void clk_exit(const Blk<NW> &B, int ph)
+{
+	if (B.clk_exit && B.b == 0 && tid_() == 0 && ph < X4K_STEP_MAX_PHASES)
+		B.clk_exit[ph] = clock_ns();
+}
+template <int NW> __device__ __forceinline__ void clk_mark(const Blk<NW> &B, const Sync &S)
+{
+	if (B.clk_mark && B.b == 0 && tid_() == 0 && S.phase + 1 < X4K_STEP_MAX_PHASES)
+		B.clk_mark[S.phase + 1] = clock_ns();
 }
 
 /* The barrier at a phase's end, and the clock. */
-template <int NW> __device__ __forceinline__ void phase_end(Blk<NW> &B)
+template <int NW> __device__ __forceinline__ void phase_end(const Blk<NW> &B, Sync &S)
 {
-	grid_sync(B.bar, B.target);
-	if (B.p->clock && B.b == 0 && B.tid == 0 && B.phase + 1 < X4K_STEP_MAX_PHASES)
-		B.p->clock[B.phase + 1] = clock_ns();
-	B.phase++;
+	S.phase++;
+	__syncthreads();
+	clk_arrive(B, S.phase);
+	grid_sync(B.bar, S.target);
+	clk_exit(B, S.phase);
 #ifdef X4_EMU
-	if (B.phase == emu_stop_phase)
+	if (S.phase == emu_stop_phase)
 		emu_fiber_exit();
 #endif
 }
@@ -163,7 +213,7 @@ template <int NW> struct MapGrid {
 	{
 		end = n;
 		stride = B.G * (NW - w0);
-		base = B.warp >= w0 ? B.b + B.G * (B.warp - w0) : n;
+		base = warp_() >= w0 ? B.b + B.G * (warp_() - w0) : n;
 	}
 	__device__ int operator()(int j) const
 	{
@@ -248,16 +298,14 @@ __device__ __forceinline__ bool pair_rows(int fmt, const uint8_t *const (&p)[2],
 	const int nb = k / 32;
 	if (nch == 1) {
 		float a[1];
-		const uint8_t *rows[2] = { p[0], p[1] };
-		dot_blocks<1, false>(fmt, rows, 2, nb, x, lane, 16, a);
+		dot_blocks<1, false>(fmt, p[0], p[1] - p[0], 2, nb, x, lane, 16, a);
 		const float s = seg_sum(a[0], 16);
 		const float g = __shfl_sync(0xffffffffu, s, 0), u = __shfl_sync(0xffffffffu, s, 16);
 		h = x4d::silu(g) * u;
 		return true;
 	}
 	float a[1];
-	const uint8_t *rows[1] = { p[0] };
-	dot_blocks<1, false>(fmt, rows, 1, nb, x, lane, 32, a);
+	dot_blocks<1, false>(fmt, p[0], 0, 1, nb, x, lane, 32, a);
 	const float s = x4c::warp_sum(a[0]);
 	if (c == 0) {
 		acc = s; /* the gate's sum, on every lane */
@@ -301,28 +349,26 @@ __device__ void gate_finish(Blk<NW> &B, const float *base, const float *scale, c
 	float hv[CM][4], gv[CM];
 #pragma unroll
 	for (int i = 0; i < CM; i++) {
-		const int c = B.tid + NT * i;
+		const int c = tid_() + NT * i;
 #pragma unroll
 		for (int s = 0; s < 4; s++)
 			hv[i][s] = c < D && s < nh ? ldcg(p.H + (size_t)s * D + c) : 0.f;
 		gv[i] = c < D ? gain[c] : 0.f;
 	}
-	if (B.tid < nc)
-		B.gb[B.tid] = base[B.tid];
-	if (B.tid < 3)
-		B.gb[NCMAX + B.tid] = scale[B.tid];
-	for (int j = B.warp; j <= nc; j += NW) {
-		float v = 0.f;
-		for (int bb = B.lane; bb < G; bb += 32)
-			v += ldcg(B.part + (size_t)bb * X4K_STEP_NPART + j);
+	if (tid_() < nc)
+		B.gb[tid_()] = base[tid_()];
+	if (tid_() < 3)
+		B.gb[NCMAX + tid_()] = scale[tid_()];
+	for (int j = warp_(); j <= nc; j += NW) {
+		float v = sum_ldcg(B.part + j, X4K_STEP_NPART, G, lane_(), 32);
 		v = x4c::warp_sum(v);
-		if (B.lane == 0)
+		if (lane_() == 0)
 			B.red[j] = v;
 	}
 	__syncthreads();
 	const float inv = 1.0f / sqrtf(B.red[nc] / (float)(nh * D) + p.hc.rms_eps);
-	if (B.tid < nc)
-		B.sm[B.tid] = B.red[B.tid] * inv;
+	if (tid_() < nc)
+		B.sm[tid_()] = B.red[tid_()] * inv;
 	__syncthreads();
 	float pre[4];
 #pragma unroll
@@ -341,7 +387,7 @@ __device__ void gate_finish(Blk<NW> &B, const float *base, const float *scale, c
 		ss = fmaf(t, t, ss);
 	}
 	/* columns past CM * NT (D > 4096): a second pass, from L2 again */
-	for (int c = B.tid + NT * CM; c < D; c += NT) {
+	for (int c = tid_() + NT * CM; c < D; c += NT) {
 		float t = 0.f;
 		for (int s = 0; s < nh; s++)
 			t = __fmaf_rn(pre[s], ldcg(p.H + (size_t)s * D + c), t);
@@ -351,11 +397,11 @@ __device__ void gate_finish(Blk<NW> &B, const float *base, const float *scale, c
 	const float ninv = 1.0f / sqrtf(ss / (float)D + p.eps);
 #pragma unroll
 	for (int i = 0; i < CM; i++) {
-		const int c = B.tid + NT * i;
+		const int c = tid_() + NT * i;
 		if (c < D)
 			B.xs[c] = (xv[i] * ninv) * gv[i];
 	}
-	for (int c = B.tid + NT * CM; c < D; c += NT) {
+	for (int c = tid_() + NT * CM; c < D; c += NT) {
 		float t = 0.f;
 		for (int s = 0; s < nh; s++)
 			t = __fmaf_rn(pre[s], ldcg(p.H + (size_t)s * D + c), t);
@@ -367,7 +413,7 @@ __device__ void gate_finish(Blk<NW> &B, const float *base, const float *scale, c
 /* The gate's coefficients (pre | post | comb) from B.sm, on warp 0. */
 template <int NW> __device__ __forceinline__ void gate_coef(Blk<NW> &B)
 {
-	if (B.warp == 0)
+	if (warp_() == 0)
 		x4c::hc_coef_warp<4>(B.sm, B.gb, B.gb + NCMAX, B.p->hc, B.coef);
 }
 
@@ -385,7 +431,7 @@ template <int NW> __device__ void col_phase(Blk<NW> &B, ColMode mode, bool head)
 	const int D = p.D, nh = p.n_hc, nc = B.nc, cm = B.colmax;
 	if (mode == COL_EMBED) {
 		const int32_t id = p.ids[0];
-		for (int li = B.tid; li < B.ncol; li += 32 * NW) {
+		for (int li = tid_(); li < B.ncol; li += 32 * NW) {
 			const int c = B.col(li);
 			/* an id the host should have refused: a loud NaN row */
 			const float v = id >= 0 && id < p.n_vocab ? bf16(p.token_embd[(size_t)id * D + c])
@@ -394,7 +440,7 @@ template <int NW> __device__ void col_phase(Blk<NW> &B, ColMode mode, bool head)
 				B.sH[s * cm + li] = v;
 		}
 	} else {
-		for (int li = B.tid; li < B.ncol; li += 32 * NW) {
+		for (int li = tid_(); li < B.ncol; li += 32 * NW) {
 			float h[4], o[4];
 #pragma unroll
 			for (int s = 0; s < 4; s++)
@@ -412,7 +458,7 @@ template <int NW> __device__ void col_phase(Blk<NW> &B, ColMode mode, bool head)
 		/* the streams' mean (docs/forward.md 8), x4k_head's expression */
 		const float inv_hc = 1.0f / (float)nh;
 		float ss = 0.f;
-		for (int li = B.tid; li < B.ncol; li += 32 * NW) {
+		for (int li = tid_(); li < B.ncol; li += 32 * NW) {
 			float v = 0.f;
 			for (int s = 0; s < nh; s++)
 				v += B.sH[s * cm + li];
@@ -421,24 +467,24 @@ template <int NW> __device__ void col_phase(Blk<NW> &B, ColMode mode, bool head)
 			ss = fmaf(v, v, ss);
 		}
 		ss = x4c::block_sum(ss, B.red);
-		if (B.tid == 0)
+		if (tid_() == 0)
 			part[0] = ss;
 		return;
 	}
-	for (int li = B.tid; li < B.ncol; li += 32 * NW)
+	for (int li = tid_(); li < B.ncol; li += 32 * NW)
 		for (int s = 0; s < nh; s++)
 			p.H[(size_t)s * D + B.col(li)] = B.sH[s * cm + li];
 	/* partial projections: a warp a row j, lanes over (stream, column) */
 	const int pairs = nh * B.ncol;
-	for (int j = B.warp; j <= nc; j += NW) {
+	for (int j = warp_(); j <= nc; j += NW) {
 		float a = 0.f;
-		for (int q = B.lane; q < pairs; q += 32) {
+		for (int q = lane_(); q < pairs; q += 32) {
 			const int s = q / B.ncol, li = q % B.ncol;
 			const float h = B.sH[s * cm + li];
 			a = j < nc ? fmaf(bf16(B.sfn[((size_t)j * nh + s) * cm + li]), h, a) : fmaf(h, h, a);
 		}
 		a = x4c::warp_sum(a);
-		if (B.lane == 0)
+		if (lane_() == 0)
 			part[j] = a;
 	}
 }
@@ -448,11 +494,11 @@ template <int NW> __device__ void col_phase(Blk<NW> &B, ColMode mode, bool head)
  * the item's wait covers them): rows j, streams s, a unit (8 bytes) each. */
 template <int NW> __device__ void fn_slice_copy(const Blk<NW> &B, const uint16_t *fn)
 {
-	if (!fn || B.warp != 0)
+	if (!fn || warp_() != 0)
 		return;
 	const int D = B.p->D, nh = B.p->n_hc, cm = B.colmax, nu = B.ncol / UNIT;
 	const int n = B.nc * nh * nu;
-	for (int q = B.lane; q < n; q += 32) {
+	for (int q = lane_(); q < n; q += 32) {
 		const int u = q % nu, s = (q / nu) % nh, j = q / (nu * nh);
 		cp8(B.sfn + ((size_t)j * nh + s) * cm + UNIT * u,
 		    fn + (size_t)j * nh * D + (size_t)s * D + UNIT * (B.b + B.G * u));

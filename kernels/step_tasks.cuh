@@ -49,7 +49,7 @@ template <int NW> struct PhQA {
 	{
 		const int D = B->p->D, ql = B->p->q_lora, k0 = c * KCH_BF16;
 		float v;
-		if (bf16_chunk(p[0], min(KCH_BF16, D - k0), B->xs + k0, B->lane, c, nch, acc, v) && B->lane == 0)
+		if (bf16_chunk(p[0], min(KCH_BF16, D - k0), B->xs + k0, lane_(), c, nch, acc, v) && lane_() == 0)
 			*(t < ql ? B->p->cq + t : B->p->kva + (t - ql)) = v;
 	}
 };
@@ -89,7 +89,7 @@ template <int NW> struct PhQB {
 	__device__ void compute(int t, int, const uint8_t *const (&p)[2], float &) const
 	{
 		float *q = B->p->q + (size_t)t * m.R;
-		bf16_rows(p[0], m.rows(t), m.k, B->xs, B->lane, [&](int r, float v) { q[r] = v; });
+		bf16_rows(p[0], m.rows(t), m.k, B->xs, lane_(), [&](int r, float v) { q[r] = v; });
 	}
 };
 
@@ -113,7 +113,7 @@ template <int NW> struct PhAbsorb {
 		const x4k_step_params &P = *B->p;
 		const int r0 = t * m.R, h = r0 / P.kv_lora, c0 = r0 % P.kv_lora, cw = P.kv_lora + P.d_rope;
 		float *qt = P.qt + (size_t)h * cw + c0;
-		bf16_rows(p[0], m.rows(t), m.k, B->xs + (size_t)h * (P.d_nope + P.d_rope), B->lane,
+		bf16_rows(p[0], m.rows(t), m.k, B->xs + (size_t)h * (P.d_nope + P.d_rope), lane_(),
 			  [&](int r, float v) { qt[r] = v; });
 	}
 };
@@ -138,7 +138,7 @@ template <int NW> struct PhExpand {
 		m.init(l->v_b, b.p->n_head * b.p->d_v, b.p->kv_lora, b.p->d_v);
 		int lo, hi;
 		run_of(m.ntask(), b.b, b.G, lo, hi);
-		map = MapRange(lo, hi, b.warp, NW);
+		map = MapRange(lo, hi, warp_(), NW);
 		hlo = lo * m.R / b.p->d_v;
 	}
 	__device__ int task_of(int j) const { return map(j); }
@@ -150,7 +150,7 @@ template <int NW> struct PhExpand {
 		const x4k_step_params &P = *B->p;
 		const int r0 = t * m.R, h = r0 / P.d_v;
 		float *o = P.o + r0;
-		bf16_rows(p[0], m.rows(t), m.k, B->xs + (size_t)(h - hlo) * P.kv_lora, B->lane,
+		bf16_rows(p[0], m.rows(t), m.k, B->xs + (size_t)(h - hlo) * P.kv_lora, lane_(),
 			  [&](int r, float v) { o[r] = v; });
 	}
 };
@@ -163,7 +163,7 @@ template <int NW> struct PhOut {
 	MapRange map;
 	int k, nch;
 	__device__ PhOut(const Blk<NW> &b, const x4k_step_layer *l)
-		: B(&b), L(l), map(0, b.ncol, b.warp, NW), k(b.p->n_head * b.p->d_v),
+		: B(&b), L(l), map(0, b.ncol, warp_(), NW), k(b.p->n_head * b.p->d_v),
 		  nch((b.p->n_head * b.p->d_v + KCH_BF16 - 1) / KCH_BF16)
 	{
 	}
@@ -179,7 +179,7 @@ template <int NW> struct PhOut {
 	{
 		const int k0 = c * KCH_BF16;
 		float v;
-		if (bf16_chunk(p[0], min(KCH_BF16, k - k0), B->xs + k0, B->lane, c, nch, acc, v) && B->lane == 0)
+		if (bf16_chunk(p[0], min(KCH_BF16, k - k0), B->xs + k0, lane_(), c, nch, acc, v) && lane_() == 0)
 			B->ys[li] = v;
 	}
 };
@@ -225,16 +225,16 @@ template <int NW> struct PhRouter {
 			const int k0 = c * KCH_F32;
 			if (c == 0)
 				acc = 0.f;
-			acc += dot_f32(p[0], B->xs + k0, min(KCH_F32, D - k0) / 4, B->lane, 32);
+			acc += dot_f32(p[0], B->xs + k0, min(KCH_F32, D - k0) / 4, lane_(), 32);
 			if (c + 1 == nch_r) {
 				const float v = x4c::warp_sum(acc);
-				if (B->lane == 0)
+				if (lane_() == 0)
 					B->lg[t] = v;
 			}
 			return;
 		}
 		float h;
-		if (pair_rows(X4_T_IQ4_NL, p, D, B->xs, B->lane, c, nchunk(t), acc, h) && B->lane == 0)
+		if (pair_rows(X4_T_IQ4_NL, p, D, B->xs, lane_(), c, nchunk(t), acc, h) && lane_() == 0)
 			B->p->h[t - E] = h;
 	}
 };
@@ -267,7 +267,7 @@ template <int NW> struct PhRouted {
 	__device__ void compute(int t, int c, const uint8_t *const (&p)[2], float &acc) const
 	{
 		float h;
-		if (pair_rows(fmt, p, B->p->D, B->xs, B->lane, c, nchunk(t), acc, h) && B->lane == 0)
+		if (pair_rows(fmt, p, B->p->D, B->xs, lane_(), c, nchunk(t), acc, h) && lane_() == 0)
 			B->hx[t] = h;
 	}
 };
@@ -286,7 +286,7 @@ template <int NW> struct PhDown {
 	__device__ PhDown(const Blk<NW> &b, const x4k_step_layer *l, const uint16_t *fn_)
 		: B(&b), L(l), fn(fn_), map(0, 0, 0, 1), nm(b.snsel[0] + (l->down_sh ? 1 : 0)), ns(b.snsel[0])
 	{
-		map = MapRange(0, b.ncol / UNIT * nm, b.warp, NW);
+		map = MapRange(0, b.ncol / UNIT * nm, warp_(), NW);
 	}
 	__device__ int fmt(int m) const { return m < ns ? B->p->exp_type : X4_T_IQ4_NL; }
 	__device__ int kf(int m) const { return m < ns ? B->p->F_e : B->p->F_sh; }
@@ -311,17 +311,13 @@ template <int NW> struct PhDown {
 	{
 		const int u = t / nm, m = t % nm, r = rpc(m), rb = fmt_row_bytes(fmt(m), kf(m));
 		const int nr = min(r, UNIT - c * r);
-		const uint8_t *rw[UNIT];
-#pragma unroll
-		for (int i = 0; i < UNIT; i++)
-			rw[i] = p[0] + (size_t)i * rb;
 		float a[UNIT];
 		const float *x = B->xs + (size_t)(m < ns ? m : ns) * B->p->F_e;
-		dot_blocks<UNIT, false>(fmt(m), rw, nr, kf(m) / 32, x, B->lane, 32, a);
+		dot_blocks<UNIT, false>(fmt(m), p[0], rb, nr, kf(m) / 32, x, lane_(), 32, a);
 #pragma unroll
 		for (int i = 0; i < UNIT; i++) {
 			const float v = x4c::warp_sum(a[i]);
-			if (B->lane == 0 && i < nr)
+			if (lane_() == 0 && i < nr)
 				B->res[(size_t)m * B->colmax + UNIT * u + c * r + i] = v;
 		}
 	}
@@ -352,7 +348,7 @@ template <int NW> struct PhDenseUp {
 	__device__ void compute(int t, int c, const uint8_t *const (&p)[2], float &acc) const
 	{
 		float h;
-		if (pair_rows(X4_T_IQ4_NL, p, B->p->D, B->xs, B->lane, c, nchunk(t), acc, h) && B->lane == 0)
+		if (pair_rows(X4_T_IQ4_NL, p, B->p->D, B->xs, lane_(), c, nchunk(t), acc, h) && lane_() == 0)
 			B->p->h[t] = h;
 	}
 };
@@ -366,7 +362,7 @@ template <int NW> struct PhDenseDown {
 	MapRange map;
 	int nb, bpc, nch, rb;
 	__device__ PhDenseDown(const Blk<NW> &b, const x4k_step_layer *l, const uint16_t *fn_)
-		: B(&b), L(l), fn(fn_), map(0, b.ncol, b.warp, NW), nb(b.p->F_d / 32),
+		: B(&b), L(l), fn(fn_), map(0, b.ncol, warp_(), NW), nb(b.p->F_d / 32),
 		  bpc((SLOTB - 16) / 18 / 32 * 32), nch((b.p->F_d / 32 + bpc - 1) / bpc),
 		  rb(fmt_row_bytes(X4_T_IQ4_NL, b.p->F_d))
 	{
@@ -384,13 +380,12 @@ template <int NW> struct PhDenseDown {
 		if (c == 0)
 			acc = 0.f;
 		float a[1];
-		const uint8_t *rw[1] = { p[0] };
-		dot_blocks<1, true>(X4_T_IQ4_NL, rw, 1, min(bpc, nb - c * bpc), B->p->h + (size_t)32 * c * bpc,
-				    B->lane, 32, a);
+		dot_blocks<1, true>(X4_T_IQ4_NL, p[0], 0, 1, min(bpc, nb - c * bpc), B->p->h + (size_t)32 * c * bpc,
+				    lane_(), 32, a);
 		acc += a[0];
 		if (c + 1 == nch) {
 			const float v = x4c::warp_sum(acc);
-			if (B->lane == 0)
+			if (lane_() == 0)
 				B->ys[li] = v;
 		}
 	}
@@ -411,8 +406,8 @@ template <int NW> struct PhHead {
 	}
 	__device__ void compute(int t, int, const uint8_t *const (&p)[2], float &) const
 	{
-		const float v = x4c::warp_sum(dot_q6k(p[0], B->p->D / 256, B->xs, B->lane));
-		if (B->lane == 0)
+		const float v = x4c::warp_sum(dot_q6k(p[0], B->p->D / 256, B->xs, lane_()));
+		if (lane_() == 0)
 			B->p->logits[t] = v;
 	}
 };

@@ -168,7 +168,7 @@ uint64_t x4_step_token_bytes(const x4_model *m);
 int x4_trunk_cuda_step(const x4_trunk_cuda *t);
 /* The last persistent step's phase times (ns, n of them at most): the
  * count read, 0 when the trunk does not run the persistent step. */
-int x4_trunk_cuda_step_clock(x4_trunk_cuda *t, double *ns, int n, x4_err *e);
+int x4_trunk_cuda_step_clock(x4_trunk_cuda *t, x4_step_phase_time *ns, int n, x4_err *e);
 /* The same rows as the CPU's, in the GPU cache's fp16 bits. */
 uint64_t x4_trunk_cuda_row_bytes(const x4_trunk_cuda *t);
 int x4_trunk_cuda_cache_read(x4_trunk_cuda *t, int from, int n, void *rows, x4_err *e);

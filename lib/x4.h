@@ -538,6 +538,8 @@ typedef struct x4_trunk_opts {
 	int attn;          /* GPU: enum x4_attn, the decode attention's kernel (auto by default) */
 	int gemm;          /* GPU: enum x4_gemm, the prefill products' core (mma by default) */
 	int step;          /* GPU: enum x4_step, the decode step (auto by default) */
+	int step_warps;    /* GPU: warps a block of the persistent step, 8 or 16 (0: the
+	                      largest the card's shared memory takes) */
 	bool no_reserve;   /* GPU, a load option: plan to the last byte, keeping none of
 	                      X4_MEM_RESERVE_BYTES free (x4-ceiling's hardware edge; never
 	                      for serving: the context's own growth then lands in a request) */
@@ -1017,12 +1019,21 @@ typedef struct x4_step_phase {
 	const char *name;   /* "attn_qa_kva", "moe_routed_gate_up", "head", ... */
 	uint64_t bytes;
 } x4_step_phase;
+/* A phase's times in the last step (ns).  span: block 0's leaving of the
+ * previous barrier (or the step's start) to its leaving of this one (the
+ * head: to the last block's end); work_min, work_max: a block's arrival at
+ * the barrier after that leaving, least and most over the blocks (the
+ * first 256); barrier: the last arrival to block 0's leaving; prologue:
+ * block 0's part of the work before its first weight (0 where none). */
+typedef struct x4_step_phase_time {
+	double span, work_min, work_max, barrier, prologue;
+} x4_step_phase_time;
 /* The phases of a step at context ctx (its cache's rows) into ph, and the
- * last step's time of each (ns, from the previous phase's barrier, or the
- * step's start, to this one's) into ns (may be NULL): the count, at most
- * max; 0 when the trunk does not run the persistent step (the CPU, --step
+ * last step's times of each into tm (may be NULL): the count, at most max;
+ * 0 when the trunk does not run the persistent step (the CPU, --step
  * kernels, a device or a model it does not take). */
-int x4_trunk_step_phases(x4_trunk *t, int ctx, x4_step_phase *ph, double *ns, int max, x4_err *e);
+int x4_trunk_step_phases(x4_trunk *t, int ctx, x4_step_phase *ph, x4_step_phase_time *tm, int max,
+			 x4_err *e);
 
 typedef struct x4_prof x4_prof;
 /* Attach a profiler to a trunk.  GPU: CUPTI's activity records and launch

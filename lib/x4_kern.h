@@ -106,6 +106,7 @@ enum {
 	X4K_STEP_MAX_SPLIT = 128,   /* attention splits at most */
 	X4K_STEP_NPART = 32,        /* floats of a block's gate partials */
 	X4K_STEP_MAX_PHASES = 1024, /* phases a step at most (the clock's slots) */
+	X4K_STEP_CLOCK_BLOCKS = 256, /* blocks whose arrivals the clock keeps */
 };
 #if defined(__CUDACC__)
 #define X4K_HD __host__ __device__
@@ -139,7 +140,8 @@ static inline X4K_HD x4k_step_ws x4k_step_ws_of(int n_head, int kv_lora, int n_e
 	w.lg = x4k_step_ws_put_(&at, f * (size_t)(n_expert > 0 ? n_expert : 1));
 	w.hx = x4k_step_ws_put_(&at, f * (size_t)(k > 0 ? k : 1) * (size_t)(f_exp > 0 ? f_exp : 1));
 	w.hbar = x4k_step_ws_put_(&at, f * (size_t)(D > 0 ? D : 1));
-	w.clock = x4k_step_ws_put_(&at, sizeof(unsigned long long) * X4K_STEP_MAX_PHASES);
+	w.clock = x4k_step_ws_put_(&at, sizeof(unsigned long long) * X4K_STEP_MAX_PHASES *
+					     (2 + X4K_STEP_CLOCK_BLOCKS));
 	w.end = at;
 	return w;
 }
@@ -583,12 +585,16 @@ typedef struct x4k_step_params {
 	const void *output;              /* Q6_K [n_vocab][D] */
 	const int32_t *ids;              /* [1] the token */
 	const int *pos;                  /* [1] its position */
+	int warps;                       /* warps a block: 8 or 16 (0: the most that fit) */
 	const float *omega;              /* [d_rope / 2] YaRN frequencies */
 	/* activations: the trunk's workspace (lib/trunk_int.h x4_cuda_ws) */
 	float *H, *cq, *kva, *q, *qt, *o, *h, *logits;
 	void *ws;                        /* x4k_step_workspace_bytes */
-	/* The phase clock: NULL, or [X4K_STEP_MAX_PHASES] globaltimer ns that
-	 * block 0 reads as it leaves each phase's barrier (x4-profile). */
+	/* The phase clock (x4-profile), globaltimer ns: NULL, or [0, MAX) block
+	 * 0's leaving of each phase's barrier (slot 0 the step's start), then
+	 * [MAX][X4K_STEP_CLOCK_BLOCKS] each block's arrival at it (the head's
+	 * end for the last), then [MAX] block 0's end of each phase's prologue
+	 * (0 where a phase has none), MAX = X4K_STEP_MAX_PHASES. */
 	unsigned long long *clock;
 } x4k_step_params;
 

@@ -8,8 +8,8 @@
 # trunk's (F32, the fp16 cache: docs/numerics.md 4's 1e-3 for two fp32 paths,
 # the same argmax), and the same bits under a random schedule with late
 # copies: the step's indexing, its ring, its ownership of columns and its
-# barriers where there is no GPU (CI).  Grids of 1, 3 and 5 blocks and the
-# three block shapes (16 warps with 3 or 2 ring slots, 8 with 2).  The GPU's
+# barriers where there is no GPU (CI).  Grids of 1, 2, 3 and 5 blocks and
+# the four block shapes (16 or 8 warps, 3 or 2 ring slots).  The GPU's
 # own bits are make test-gpu's (tests/gpu_model.sh).  Prints the emulator's
 # PASS/FAIL lines.
 set -u
@@ -25,7 +25,7 @@ SYNTH=bin/x4-synth
 	"$SYNTH" --preset tiny --seed 1 --expert-type q8_0 -o "$T/q8" >>"$T/synth.log" 2>&1 ||
 	{ echo "FAIL emu_step.synth: $(tail -n 2 "$T/synth.log")"; exit 1; }
 rc=0
-for run in "tiny 16 3 5 4" "tiny 16 2 3 3" "tiny 8 2 1 3" "q8 16 3 3 3"; do
+for run in "tiny 16 3 5 4" "tiny 16 2 3 3" "tiny 8 3 2 3" "tiny 8 2 1 3" "q8 16 3 3 3"; do
 	set -- $run
 	"$T/emu_step" "$T/$1" "$2" "$3" "$4" "$5" 2>"$T/err" | grep -v '^#' || true
 	r=${PIPESTATUS[0]}

@@ -37,6 +37,8 @@ static void run(const x4k_step_params &p, int nw, int nslot, int G, unsigned sch
 		launch<16, 3>(p, G, sched);
 	else if (nw == 16 && nslot == 2)
 		launch<16, 2>(p, G, sched);
+	else if (nw == 8 && nslot == 3)
+		launch<8, 3>(p, G, sched);
 	else
 		launch<8, 2>(p, G, sched);
 }

@@ -12,6 +12,8 @@
  */
 #include "trunk_cuda.h"
 
+#include <math.h>
+
 #ifdef X4_HAVE_CUDA
 
 #define MIB (1024.0 * 1024.0)
@@ -310,6 +312,7 @@ static int plan_step(x4_trunk_cuda *t, x4_err *e)
 	const x4k_step_ws sw = x4k_step_ws_of(c->n_head, c->kv_lora, c->n_expert, c->n_expert_used,
 					      c->n_ff_exp, c->n_embd);
 	t->step_p.clock = (unsigned long long *)((char *)t->w.step_ws + sw.clock);
+	t->step_p.warps = t->o.step_warps;
 	x4_err ce = { 0 };
 	if (x4k_step_check(&t->step_p, &ce)) {
 		if (want == X4_STEP_PERSISTENT)
@@ -632,7 +635,7 @@ int x4_trunk_cuda_attn(const x4_trunk_cuda *t) { return t->o.attn; }
 
 int x4_trunk_cuda_step(const x4_trunk_cuda *t) { return t->step_on ? X4_STEP_PERSISTENT : X4_STEP_KERNELS; }
 
-int x4_trunk_cuda_step_clock(x4_trunk_cuda *t, double *ns, int n, x4_err *e)
+int x4_trunk_cuda_step_clock(x4_trunk_cuda *t, x4_step_phase_time *ns, int n, x4_err *e)
 {
 	if (!t->step_on)
 		return 0;
@@ -642,13 +645,35 @@ int x4_trunk_cuda_step_clock(x4_trunk_cuda *t, double *ns, int n, x4_err *e)
 		n = slots - 1;
 	if (n <= 0 || !ns)
 		return X4_MAX(n, 0);
-	unsigned long long clk[X4K_STEP_MAX_PHASES];
-	X4_CUDA_TRY(cudaSetDevice(t->dev), "select the CUDA device", e);
-	X4_CUDA_TRY(cudaMemcpy(clk, t->step_p.clock, sizeof clk[0] * (size_t)(n + 1),
-			       cudaMemcpyDeviceToHost), "read the persistent step's clock", e);
-	for (int i = 0; i < n; i++)
-		ns[i] = (double)(clk[i + 1] - clk[i]);
-	return n;
+	const size_t M = X4K_STEP_MAX_PHASES, CB = X4K_STEP_CLOCK_BLOCKS;
+	const size_t words = M * (2 + CB);
+	unsigned long long *clk = x4_alloc(sizeof *clk * words, "the step's clock", e);
+	if (!clk)
+		return X4_ENOMEM;
+	int rc = x4_cuda_check(cudaSetDevice(t->dev), "select the CUDA device", e);
+	if (!rc)
+		rc = x4_cuda_check(cudaMemcpy(clk, t->step_p.clock, sizeof *clk * words,
+					      cudaMemcpyDeviceToHost), "read the persistent step's clock", e);
+	const int nb = X4_MIN(x4k_step_blocks(), (int)CB);
+	for (int i = 0; !rc && i < n; i++) {
+		const unsigned long long *arr = clk + M + (size_t)(i + 1) * CB, prev = clk[i];
+		double wmin = INFINITY, wmax = 0, last = 0;
+		for (int b = 0; b < nb; b++) {
+			const double w = (double)(arr[b] - prev);
+			wmin = w < wmin ? w : wmin;
+			wmax = w > wmax ? w : wmax;
+			last = (double)arr[b] > last ? (double)arr[b] : last;
+		}
+		const bool end = i + 1 == n; /* the head: no barrier after it */
+		const unsigned long long mark = clk[M * (1 + CB) + (size_t)(i + 1)];
+		ns[i].span = (end ? last : (double)clk[i + 1]) - (double)prev;
+		ns[i].work_min = nb ? wmin : 0;
+		ns[i].work_max = wmax;
+		ns[i].barrier = end ? 0 : (double)clk[i + 1] - last;
+		ns[i].prologue = mark > prev ? (double)(mark - prev) : 0;
+	}
+	free(clk);
+	return rc ? rc : n;
 }
 
 #else /* no CUDA in this build */
@@ -689,7 +714,7 @@ void x4_trunk_cuda_set_probe(x4_trunk_cuda *t, x4_probe_fn fn, void *ctx) { (voi
 void x4_trunk_cuda_stats(const x4_trunk_cuda *t, x4_trunk_stats *s) { (void)t; (void)s; }
 int x4_trunk_cuda_attn(const x4_trunk_cuda *t) { (void)t; return X4_ATTN_FP32; }
 int x4_trunk_cuda_step(const x4_trunk_cuda *t) { (void)t; return X4_STEP_KERNELS; }
-int x4_trunk_cuda_step_clock(x4_trunk_cuda *t, double *ns, int n, x4_err *e) { (void)t; return 0; }
+int x4_trunk_cuda_step_clock(x4_trunk_cuda *t, x4_step_phase_time *ns, int n, x4_err *e) { (void)t; return 0; }
 uint64_t x4_trunk_cuda_row_bytes(const x4_trunk_cuda *t) { (void)t; return 0; }
 
 int x4_trunk_cuda_cache_read(x4_trunk_cuda *t, int from, int n, void *rows, x4_err *e)

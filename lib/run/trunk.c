@@ -67,6 +67,9 @@ static int check_opts(const x4_model *m, const x4_trunk_opts *o, x4_trunk_opts *
 				  o->attn);
 	if (o->gemm != X4_GEMM_MMA && o->gemm != X4_GEMM_FMA)
 		return x4_err_set(e, X4_EINVAL, "prefill product core %d is not one of mma, fma", o->gemm);
+	if (o->step_warps != 0 && o->step_warps != 8 && o->step_warps != 16)
+		return x4_err_set(e, X4_EINVAL, "%d warps a block of the persistent step: use 8 or 16, "
+				  "or 0 for the largest the card takes", o->step_warps);
 	if (o->step != X4_STEP_AUTO && o->step != X4_STEP_KERNELS && o->step != X4_STEP_PERSISTENT)
 		return x4_err_set(e, X4_EINVAL, "decode step %d is not one of auto, kernels, persistent",
 				  o->step);
@@ -402,7 +405,8 @@ void x4_trunk_cache_key(const x4_trunk *t, x4_cache_key *k)
 	k->row_bytes = x4_trunk_cache_row_bytes(t);
 }
 
-int x4_trunk_step_phases(x4_trunk *t, int ctx, x4_step_phase *ph, double *ns, int max, x4_err *e)
+int x4_trunk_step_phases(x4_trunk *t, int ctx, x4_step_phase *ph, x4_step_phase_time *ns, int max,
+			 x4_err *e)
 {
 	if (!t->cuda || x4_trunk_cuda_step(t->cuda) != X4_STEP_PERSISTENT || max <= 0)
 		return 0;
