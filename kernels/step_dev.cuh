@@ -52,6 +52,7 @@ constexpr int MAXK = 8;     /* experts a token at most */
 constexpr int MAXE = 256;   /* routed experts at most */
 constexpr int NCMAX = 24;   /* gate coefficients at most (n_hc 4) */
 constexpr int AT_T = 32;    /* cache rows an attention tile */
+constexpr int PH_BYTES = 256; /* a phase's descriptor in shared memory, at most */
 
 /* ---------------- primitives ---------------- */
 
@@ -277,96 +278,6 @@ __device__ __forceinline__ void task_ptrs(const uint8_t *slot, const Task &t, co
 	p[1] = slot + seg_room(t.s0) + ((uintptr_t)t.s1.src & 15);
 }
 
-/* A phase's position: the warp's j-th task t, chunk c of its nc. */
-struct Cur {
-	int j, t, c, nc;
-};
-
-template <class PH> __device__ __forceinline__ Cur cur_start(const PH &ph)
-{
-	Cur u;
-	u.j = 0;
-	u.t = ph.task_of(0);
-	u.c = 0;
-	u.nc = u.t >= 0 ? ph.nchunk(u.t) : 0;
-	return u;
-}
-
-template <class PH> __device__ __forceinline__ void cur_next(const PH &ph, Cur &u)
-{
-	if (++u.c < u.nc)
-		return;
-	u.j++;
-	u.t = ph.task_of(u.j);
-	u.c = 0;
-	u.nc = u.t >= 0 ? ph.nchunk(u.t) : 0;
-}
-
-/* A phase with no tasks: what a run's "next" is when the next phase's
- * weights cannot be issued early (they depend on this phase's results). */
-struct NoPhase {
-	__device__ int task_of(int) const { return -1; }
-	__device__ int nchunk(int) const { return 0; }
-	__device__ void first() const {}
-	__device__ Task task(int, int) const { return task1(nullptr, 0); }
-	__device__ void compute(int, int, const uint8_t *const (&)[2], float &) const {}
-};
-
-template <int NSLOT> struct Ring {
-	uint8_t *base; /* this warp's NSLOT * SLOTB bytes */
-	int head, tail;
-	int lane;
-
-	__device__ uint8_t *slot(int i) const { return base + (size_t)(i % NSLOT) * SLOTB; }
-
-	/* Issue items of ph (its issue position ic), then of nx (nic) once ph
-	 * has none left, until NSLOT are in flight or both have none; a
-	 * phase's first() rides in the group of the warp's first item of it. */
-	template <class PH, class NX>
-	__device__ void fill(const PH &ph, Cur &ic, const NX &nx, Cur &nic)
-	{
-		while (head - tail < NSLOT) {
-			if (ic.t >= 0) {
-				if (ic.j == 0 && ic.c == 0)
-					ph.first();
-				task_copy(slot(head), ph.task(ic.t, ic.c), lane);
-				cur_next(ph, ic);
-			} else if (nic.t >= 0) {
-				if (nic.j == 0 && nic.c == 0)
-					nx.first();
-				task_copy(slot(head), nx.task(nic.t, nic.c), lane);
-				cur_next(nx, nic);
-			} else {
-				return;
-			}
-			commit();
-			head++;
-		}
-	}
-
-	/* Compute every item of ph in order (ic: ph's issue position, possibly
-	 * advanced already by the phase before it; on return nic is nx's),
-	 * keeping NSLOT items in flight, nx's after ph's last. */
-	template <class PH, class NX>
-	__device__ void run(const PH &ph, Cur &ic, const NX &nx, Cur &nic)
-	{
-		Cur cc = cur_start(ph);
-		float acc = 0.f;
-		while (cc.t >= 0) {
-			fill(ph, ic, nx, nic);
-			wait_pending(head - tail - 1);
-			__syncwarp();
-			const uint8_t *p[2];
-			task_ptrs(slot(tail), ph.task(cc.t, cc.c), p);
-			ph.compute(cc.t, cc.c, p, acc);
-			__syncwarp(); /* every lane is done with the slot before it is refilled */
-			tail++;
-			cur_next(ph, cc);
-		}
-		fill(ph, ic, nx, nic); /* the next phase's first items, across the barrier */
-	}
-};
-
 /* ---------------- products on a slot ----------------
  * Each returns this lane's partial sum; the caller adds the lanes of a row
  * (warp_sum, or seg_sum over groups of lanes).  Sums run in a fixed order. */
@@ -399,7 +310,7 @@ template <bool XG> __device__ __forceinline__ float4 xload4(const float *x)
 /* BF16 values [0, 8 n8) of w (16-aligned) . x, this lane's share: 8-value
  * lines lane0, lane0 + step, ...  XG: x is in global memory (else shared). */
 template <bool XG>
-__device__ __forceinline__ float dot_bf16(const uint8_t *w, const float *x, int n8, int lane0, int step)
+__device__ __noinline__ float dot_bf16(const uint8_t *w, const float *x, int n8, int lane0, int step)
 {
 	float a = 0.f;
 	for (int i = lane0; i < n8; i += step) {
@@ -422,7 +333,7 @@ __device__ __forceinline__ float dot_bf16(const uint8_t *w, const float *x, int 
 }
 
 /* F32 values [0, 4 n4) of w . x, 4-value lines lane0, lane0 + step, ... */
-__device__ __forceinline__ float dot_f32(const uint8_t *w, const float *x, int n4, int lane0, int step)
+__device__ __noinline__ float dot_f32(const uint8_t *w, const float *x, int n4, int lane0, int step)
 {
 	float a = 0.f;
 	for (int i = lane0; i < n4; i += step) {
@@ -523,17 +434,17 @@ __device__ __forceinline__ float blk_q8(const uint8_t *b, const float *x, float 
  * one segment's rows, or a pair's two segments with stride their
  * distance), each nb blocks of type fmt: lanes in groups of g (a power of
  * two), group q taking rows q, q + 32/g, ...; a lane the blocks lane%g,
- * lane%g + g, ...  acc[i] is this lane's partial of its i-th row (i < R).
- * x: the values of the rows' first block on. */
+ * lane%g + g, ...  Component i of the result is this lane's partial of
+ * its i-th row (i < R).  x: the values of the rows' first block on.  Out
+ * of line, one copy for every phase that calls it (docs/step.md 3). */
 template <int R, bool XG>
-__device__ __forceinline__ void dot_blocks(int fmt, const uint8_t *base, ptrdiff_t stride, int nr, int nb,
-					   const float *x, int lane, int g, float (&acc)[R])
+__device__ __noinline__ float4 dot_blocks(int fmt, const uint8_t *base, ptrdiff_t stride, int nr, int nb,
+					  const float *x, int lane, int g)
 {
+	static_assert(R >= 1 && R <= 4, "a float4 of rows");
 	const int bb = fmt == X4_T_Q8_0 ? 34 : 18, ng = 32 / g, q = lane / g;
 	const IQ4Tab k = iq4_tab();
-#pragma unroll
-	for (int i = 0; i < R; i++)
-		acc[i] = 0.f;
+	float acc[4] = { 0.f, 0.f, 0.f, 0.f };
 	for (int j = lane % g; j < nb; j += g) {
 #pragma unroll
 		for (int i = 0; i < R; i++) {
@@ -545,13 +456,14 @@ __device__ __forceinline__ void dot_blocks(int fmt, const uint8_t *base, ptrdiff
 			}
 		}
 	}
+	return make_float4(acc[0], acc[1], acc[2], acc[3]);
 }
 
 /* One Q6_K row (nsb superblocks of 210 bytes at w, 2-aligned) . x, this
  * lane's share: units (superblock, half, four of its 32 positions), 16
  * values a unit, units lane, lane + 32, ...  A unit's four scale groups
  * are summed on the codes - 32 in fp32 and scaled once by d * scale. */
-__device__ __forceinline__ float dot_q6k(const uint8_t *w, int nsb, const float *x, int lane)
+__device__ __noinline__ float dot_q6k(const uint8_t *w, int nsb, const float *x, int lane)
 {
 	float a = 0.f;
 	for (int u = lane; u < nsb * 16; u += 32) {

@@ -19,7 +19,7 @@ namespace x4s {
 
 /* A2: c_q = RMS_q_a_norm(cq) into xs; on the last block also the cache
  * row (docs/forward.md 6.1, 6.3: kv_store_kernel's expressions). */
-template <int NW> __device__ void pro_qnorm(Blk<NW> &B, const x4k_step_layer *L)
+template <int NW> __device__ __noinline__ void pro_qnorm(Blk &B, const x4k_step_layer *L)
 {
 	constexpr int NT = 32 * NW;
 	const x4k_step_params &p = *B.p;
@@ -58,7 +58,7 @@ template <int NW> __device__ void pro_qnorm(Blk<NW> &B, const x4k_step_layer *L)
 
 /* A3: q (every head's d_qk) into xs, and the roped q_r of every head into
  * q-tilde's last d_rope values, spread over the grid. */
-template <int NW> __device__ void pro_q(Blk<NW> &B)
+template <int NW> __device__ __noinline__ void pro_q(Blk &B)
 {
 	constexpr int NT = 32 * NW;
 	const x4k_step_params &p = *B.p;
@@ -82,7 +82,7 @@ template <int NW> __device__ void pro_q(Blk<NW> &B)
  * a (head, row) pair on NSPL threads, an online softmax a head on a warp,
  * the value sums 8 latent columns a thread.  Partials: the running max,
  * the sum of exponentials and the unnormalised sums of each (split, head). */
-template <int NW> __device__ void attention(Blk<NW> &B, const x4k_step_layer *L)
+template <int NW> __device__ __noinline__ void attention(Blk &B, const x4k_step_layer *L)
 {
 	constexpr int NT = 32 * NW;
 	const x4k_step_params &p = *B.p;
@@ -209,7 +209,7 @@ template <int NW> __device__ void attention(Blk<NW> &B, const x4k_step_layer *L)
 
 /* A5: o-bar of this block's heads [hlo, hhi] into xs (kv_lora a head): the
  * splits combined in order, each weighted by exp(its max - the max). */
-template <int NW> __device__ void pro_combine(Blk<NW> &B, int ntask, int R)
+template <int NW> __device__ __noinline__ void pro_combine(Blk &B, int ntask, int R)
 {
 	constexpr int NT = 32 * NW;
 	const x4k_step_params &p = *B.p;
@@ -260,7 +260,7 @@ template <int NW> __device__ void pro_combine(Blk<NW> &B, int ntask, int R)
 }
 
 /* n floats of global src (an activation) into xs at off. */
-template <int NW> __device__ void pro_load(Blk<NW> &B, const float *src, int n, int off)
+template <int NW> __device__ __noinline__ void pro_load(Blk &B, const float *src, int n, int off)
 {
 	copy_ldcg(B.xs + off, src, n, tid_(), 32 * NW);
 }
@@ -268,7 +268,7 @@ template <int NW> __device__ void pro_load(Blk<NW> &B, const float *src, int n, 
 /* F2: the router's choice (docs/forward.md 7.2) on warp 0: the scores, the
  * top k (moe_select_token, the router kernels' rule), then the choice in
  * ascending expert id, the order the downs are summed in. */
-template <int NW> __device__ void pro_topk(Blk<NW> &B, const x4k_step_layer *L)
+template <int NW> __device__ __noinline__ void pro_topk(Blk &B, const x4k_step_layer *L)
 {
 	const x4k_step_params &p = *B.p;
 	if (warp_() == 0) {
@@ -303,7 +303,7 @@ template <int NW> __device__ void pro_topk(Blk<NW> &B, const x4k_step_layer *L)
 
 /* F3's end: y at this block's columns, the routed terms in ascending id
  * (moe_reduce_kernel's slot_add), then the shared term. */
-template <int NW> __device__ void down_sum(Blk<NW> &B, bool shared)
+template <int NW> __device__ __noinline__ void down_sum(Blk &B, bool shared)
 {
 	const int ns = B.snsel[0], cm = B.colmax;
 	for (int li = tid_(); li < B.ncol; li += 32 * NW) {
@@ -318,7 +318,7 @@ template <int NW> __device__ void down_sum(Blk<NW> &B, bool shared)
 }
 
 /* The head's prologue: h-hat = RMS_output_norm(the streams' mean) into xs. */
-template <int NW> __device__ void pro_head(Blk<NW> &B)
+template <int NW> __device__ __noinline__ void pro_head(Blk &B)
 {
 	const x4k_step_params &p = *B.p;
 	const int D = p.D;
@@ -347,184 +347,184 @@ __global__ void __launch_bounds__(32 * NW, 1) step_kernel(const x4k_step_params 
 #else
 	extern __shared__ __align__(16) uint8_t step_smem[];
 #endif
-	Blk<NW> &B = blk_init<NW, NSLOT>(prm, step_smem);
+	Blk &B = blk_init<NW, NSLOT>(prm, step_smem);
 	const x4k_step_params &p = B.P;
 	Sync S = { 0, 0 };
-	Ring<NSLOT> R;
-	R.base = B.ring + (size_t)warp_() * NSLOT * SLOTB;
-	R.head = R.tail = 0;
-	R.lane = lane_();
-	const NoPhase none;
-	Cur nn = { 0, -1, 0, 0 };
+	/* the descriptors: none, and two that alternate (the one being written
+	 * is always the one two phases old, whose readers passed a barrier) */
+	Ph *const none = reinterpret_cast<Ph *>(B.phmem);
+	Ph *cur = reinterpret_cast<Ph *>(B.phmem + PH_BYTES), *nxt = reinterpret_cast<Ph *>(B.phmem + 2 * PH_BYTES);
+	const bool t0 = tid_() == 0;
+	const Cur nn = { 0, -1, 0, 0 };
+	RingPos r = { nn, nn, 0, 0 };
+#define SWAP()                        \
+	do {                          \
+		Ph *const sw_ = cur; \
+		cur = nxt;           \
+		nxt = sw_;           \
+	} while (0)
+	/* run the phase *ph from issue position r.ic, the next one *nx from n */
+#define RUN(ph, nx, n)                                                 \
+	do {                                                           \
+		r.nic = (n);                                           \
+		r = ring_run<NW, NSLOT>(B, *(ph), *(nx), r);           \
+	} while (0)
 
 	clk_exit(B, 0);
 	/* the embedding at this block's columns and the first gate's partials */
+	if (t0) {
+		ph_none(*none);
+		ph_qa(B, *nxt, &p.layers[0]);
+	}
 	fn_slice_copy(B, p.layers[0].hc_fn[0]);
 	commit();
 	wait_pending(0);
 	__syncthreads();
-	col_phase(B, COL_EMBED, false);
-	Cur ic = cur_start(PhQA<NW>(B, &p.layers[0]));
-	R.fill(PhQA<NW>(B, &p.layers[0]), ic, none, nn);
+	col_phase<NW>(B, COL_EMBED, false);
+	r.ic = nn;
+	r.nic = cur_start<NW>(B, *nxt);
+	r = ring_fill<NW, NSLOT>(B, *none, *nxt, r);
 	phase_end(B, S);
+	SWAP();
+	r.ic = r.nic;
 
 	for (int l = 0; l < p.n_layer; l++) {
 		const x4k_step_layer *L = &p.layers[l];
 		const bool last = l + 1 == p.n_layer;
 		const uint16_t *fn_next = last ? nullptr : p.layers[l + 1].hc_fn[0];
-		/* A1 */
-		gate_finish(B, L->hc_base[0], L->hc_scale[0], L->norm[0]);
+		/* A1: q_a, kv_a */
+		gate_finish<NW>(B, L->hc_base[0], L->hc_scale[0], L->norm[0]);
 		clk_mark(B, S);
-		{
-			const PhQA<NW> ph(B, L);
-			const PhQB<NW> nx(B, L);
-			Cur nic = cur_start(nx);
-			R.run(ph, ic, nx, nic);
-			gate_coef(B);
-			ic = nic;
-		}
+		if (t0)
+			ph_qb(B, *nxt, L);
+		__syncthreads();
+		RUN(cur, nxt, cur_start<NW>(B, *nxt));
+		gate_coef(B);
 		phase_end(B, S);
-		/* A2 */
-		pro_qnorm(B, L);
+		SWAP();
+		r.ic = r.nic;
+		/* A2: q_b, the cache row */
+		if (t0)
+			ph_absorb(B, *nxt, L);
+		pro_qnorm<NW>(B, L);
 		clk_mark(B, S);
-		{
-			const PhQB<NW> ph(B, L);
-			const PhAbsorb<NW> nx(B, L);
-			Cur nic = cur_start(nx);
-			R.run(ph, ic, nx, nic);
-			ic = nic;
-		}
+		RUN(cur, nxt, cur_start<NW>(B, *nxt));
 		phase_end(B, S);
-		/* A3 */
-		pro_q(B);
+		SWAP();
+		r.ic = r.nic;
+		/* A3: the absorb */
+		pro_q<NW>(B);
 		clk_mark(B, S);
-		{
-			const PhAbsorb<NW> ph(B, L);
-			R.run(ph, ic, none, nn);
-		}
+		RUN(cur, none, nn);
 		phase_end(B, S);
-		/* A4 */
-		attention(B, L);
-		{
-			const PhExpand<NW> nx(B, L);
-			ic = cur_start(nx);
-			R.fill(none, nn, nx, ic);
-		}
+		/* A4: the attention; the expansion's first items after it */
+		if (t0)
+			ph_expand(B, *nxt, L);
+		attention<NW>(B, L);
+		__syncthreads();
+		r.ic = nn;
+		r.nic = cur_start<NW>(B, *nxt);
+		r = ring_fill<NW, NSLOT>(B, *none, *nxt, r);
 		phase_end(B, S);
-		/* A5 */
-		{
-			const PhExpand<NW> ph(B, L);
-			pro_combine(B, ph.m.ntask(), ph.m.R);
-			clk_mark(B, S);
-			const PhOut<NW> nx(B, L);
-			Cur nic = cur_start(nx);
-			R.run(ph, ic, nx, nic);
-			ic = nic;
-		}
+		SWAP();
+		r.ic = r.nic;
+		/* A5: the combine, the expansion */
+		if (t0)
+			ph_out(B, *nxt, L);
+		pro_combine<NW>(B, (cur->N + cur->R - 1) / cur->R, cur->R);
+		clk_mark(B, S);
+		RUN(cur, nxt, cur_start<NW>(B, *nxt));
 		phase_end(B, S);
-		/* A6 */
-		pro_load(B, p.o, p.n_head * p.d_v, 0);
+		SWAP();
+		r.ic = r.nic;
+		/* A6: W_o at this block's columns, the update, the FFN gate's partials */
+		if (t0) {
+			if (L->router)
+				ph_router(B, *nxt, L);
+			else
+				ph_dense_up(B, *nxt, L);
+		}
+		pro_load<NW>(B, p.o, p.n_head * p.d_v, 0);
 		__syncthreads();
 		clk_mark(B, S);
-		if (L->router) {
-			const PhOut<NW> ph(B, L);
-			const PhRouter<NW> nx(B, L);
-			Cur nic = cur_start(nx);
-			R.run(ph, ic, nx, nic);
-			ic = nic;
-		} else {
-			const PhOut<NW> ph(B, L);
-			const PhDenseUp<NW> nx(B, L);
-			Cur nic = cur_start(nx);
-			R.run(ph, ic, nx, nic);
-			ic = nic;
-		}
+		RUN(cur, nxt, cur_start<NW>(B, *nxt));
 		__syncthreads();
-		col_phase(B, COL_UPDATE, false);
+		col_phase<NW>(B, COL_UPDATE, false);
 		phase_end(B, S);
+		SWAP();
+		r.ic = r.nic;
 		/* F1 */
-		gate_finish(B, L->hc_base[1], L->hc_scale[1], L->norm[1]);
+		gate_finish<NW>(B, L->hc_base[1], L->hc_scale[1], L->norm[1]);
 		clk_mark(B, S);
 		if (L->router) {
-			{
-				const PhRouter<NW> ph(B, L);
-				R.run(ph, ic, none, nn);
-				gate_coef(B);
-			}
+			RUN(cur, none, nn);
+			gate_coef(B);
 			phase_end(B, S);
-			/* F2 */
-			pro_topk(B, L);
+			/* F2: the top k, the chosen experts' gate/up */
+			pro_topk<NW>(B, L);
 			clk_mark(B, S);
-			{
-				const PhRouted<NW> ph(B, L);
-				const PhDown<NW> nx(B, L, fn_next);
-				ic = cur_start(ph);
-				Cur nic = cur_start(nx);
-				R.run(ph, ic, nx, nic);
-				ic = nic;
+			Ph *rt = nxt, *dn = cur;
+			if (t0) {
+				ph_routed(B, *rt, L);
+				ph_down(B, *dn, L, fn_next);
 			}
+			__syncthreads();
+			r.ic = cur_start<NW>(B, *rt);
+			RUN(rt, dn, cur_start<NW>(B, *dn));
 			phase_end(B, S);
-			/* F3 */
-			pro_load(B, B.hx, B.snsel[0] * p.F_e, 0);
+			/* F3: the downs at this block's columns, their sum */
+			if (t0) {
+				if (last)
+					ph_head(B, *rt);
+				else
+					ph_qa(B, *rt, L + 1);
+			}
+			pro_load<NW>(B, B.hx, B.snsel[0] * p.F_e, 0);
 			if (L->down_sh)
-				pro_load(B, p.h, p.F_sh, B.snsel[0] * p.F_e);
+				pro_load<NW>(B, p.h, p.F_sh, B.snsel[0] * p.F_e);
 			__syncthreads();
 			clk_mark(B, S);
-			{
-				const PhDown<NW> ph(B, L, fn_next);
-				if (last) {
-					const PhHead<NW> nx(B);
-					Cur nic = cur_start(nx);
-					R.run(ph, ic, nx, nic);
-					ic = nic;
-				} else {
-					const PhQA<NW> nx(B, L + 1);
-					Cur nic = cur_start(nx);
-					R.run(ph, ic, nx, nic);
-					ic = nic;
-				}
-			}
+			r.ic = r.nic;
+			RUN(dn, rt, cur_start<NW>(B, *rt));
 			__syncthreads();
-			down_sum(B, L->down_sh != nullptr);
+			down_sum<NW>(B, L->down_sh != nullptr);
+			cur = rt;
+			nxt = dn;
 		} else {
-			{
-				const PhDenseUp<NW> ph(B, L);
-				const PhDenseDown<NW> nx(B, L, fn_next);
-				Cur nic = cur_start(nx);
-				R.run(ph, ic, nx, nic);
-				gate_coef(B);
-				ic = nic;
-			}
+			/* D1: the dense FFN's gate/up */
+			if (t0)
+				ph_dense_down(B, *nxt, L, fn_next);
+			__syncthreads();
+			RUN(cur, nxt, cur_start<NW>(B, *nxt));
+			gate_coef(B);
 			phase_end(B, S);
-			/* D3 */
-			{
-				const PhDenseDown<NW> ph(B, L, fn_next);
-				if (last) {
-					const PhHead<NW> nx(B);
-					Cur nic = cur_start(nx);
-					R.run(ph, ic, nx, nic);
-					ic = nic;
-				} else {
-					const PhQA<NW> nx(B, L + 1);
-					Cur nic = cur_start(nx);
-					R.run(ph, ic, nx, nic);
-					ic = nic;
-				}
+			SWAP();
+			r.ic = r.nic;
+			/* D3: its down at this block's columns */
+			if (t0) {
+				if (last)
+					ph_head(B, *nxt);
+				else
+					ph_qa(B, *nxt, L + 1);
 			}
 			__syncthreads();
+			RUN(cur, nxt, cur_start<NW>(B, *nxt));
+			__syncthreads();
+			SWAP();
 		}
-		col_phase(B, COL_UPDATE, last);
+		col_phase<NW>(B, COL_UPDATE, last);
 		phase_end(B, S);
+		r.ic = r.nic;
 	}
-	pro_head(B);
+	/* the head */
+	pro_head<NW>(B);
 	clk_mark(B, S);
-	{
-		const PhHead<NW> ph(B);
-		R.run(ph, ic, none, nn);
-	}
+	RUN(cur, none, nn);
 	__syncthreads();
 	clk_arrive(B, S.phase + 1);
 	clk_exit(B, S.phase + 1);
+#undef RUN
+#undef SWAP
 #endif
 }
 

@@ -38,7 +38,7 @@ __device__ __forceinline__ int lane_() { return (int)threadIdx.x & 31; }
 /* The block's uniform state, in its shared memory (written once by thread
  * 0 at the start): the parameters' copy, the pieces of the workspace and
  * of shared memory.  The phases hold its address. */
-template <int NW> struct Blk {
+struct Blk {
 	x4k_step_params P; /* the launch's parameters, copied */
 	const x4k_step_params *p; /* &P */
 	int G, b;
@@ -63,6 +63,7 @@ template <int NW> struct Blk {
 	float *res;        /* [MAXK + 1][colmax] the downs' products at them */
 	uint16_t *sfn;     /* [NCMAX][n_hc][colmax] the next gate's projection at them */
 	uint8_t *ring;     /* [NW][NSLOT][SLOTB] */
+	uint8_t *phmem;    /* [3][PH_BYTES] the phases' descriptors (step_tasks.cuh) */
 	unsigned long long *clk_exit, *clk_arrive, *clk_mark; /* the phase clock, or NULL */
 
 	__device__ int col(int li) const { return UNIT * (b + G * (li / UNIT)) + li % UNIT; }
@@ -80,7 +81,7 @@ struct Sync {
 __host__ __device__ inline size_t blk_smem(int NW, int NSLOT, int n_hc, int colmax)
 {
 	auto r16 = [](size_t n) { return (n + 15) & ~(size_t)15; };
-	return r16(sizeof(Blk<16>)) + (size_t)NW * NSLOT * SLOTB + r16(sizeof(float) * XS) + r16(sizeof(float) * NCMAX) +
+	return r16(sizeof(Blk)) + 3 * PH_BYTES + (size_t)NW * NSLOT * SLOTB + r16(sizeof(float) * XS) + r16(sizeof(float) * NCMAX) +
 	       r16(sizeof(float) * (NCMAX + 8)) + r16(sizeof(float) * (NCMAX + 3)) + r16(sizeof(float) * 32) +
 	       r16(sizeof(float) * (MAXE + 2 * MAXK)) + r16(sizeof(int) * MAXK) + r16(sizeof(float) * MAXK) +
 	       r16(sizeof(int)) + r16(sizeof(float) * (size_t)n_hc * colmax) + r16(sizeof(float) * colmax) +
@@ -114,7 +115,7 @@ __host__ __device__ inline void att_split(int len, int G, int hg, int *s, int *s
 __host__ __device__ inline int blk_colmax(int D, int G) { return UNIT * ((D / UNIT + G - 1) / G); }
 
 template <int NW, int NSLOT>
-__device__ void blk_fill(Blk<NW> &B, const x4k_step_params &prm, uint8_t *smem)
+__device__ void blk_fill(Blk &B, const x4k_step_params &prm, uint8_t *smem)
 {
 	B.P = prm;
 	B.p = &B.P;
@@ -135,13 +136,14 @@ __device__ void blk_fill(Blk<NW> &B, const x4k_step_params &prm, uint8_t *smem)
 	B.lg = reinterpret_cast<float *>(ws + w.lg);
 	B.hx = reinterpret_cast<float *>(ws + w.hx);
 	B.hbar = reinterpret_cast<float *>(ws + w.hbar);
-	size_t at = (sizeof(Blk<NW>) + 15) & ~(size_t)15;
+	size_t at = (sizeof(Blk) + 15) & ~(size_t)15;
 	auto take = [&](size_t n) {
 		uint8_t *q = smem + at;
 		at += (n + 15) & ~(size_t)15;
 		return q;
 	};
 	B.ring = take((size_t)NW * NSLOT * SLOTB);
+	B.phmem = take(3 * PH_BYTES);
 	B.xs = reinterpret_cast<float *>(take(sizeof(float) * XS));
 	B.coef = reinterpret_cast<float *>(take(sizeof(float) * NCMAX));
 	B.sm = reinterpret_cast<float *>(take(sizeof(float) * (NCMAX + 8)));
@@ -162,9 +164,9 @@ __device__ void blk_fill(Blk<NW> &B, const x4k_step_params &prm, uint8_t *smem)
 
 /* The block's state at the start of its shared memory, by thread 0. */
 template <int NW, int NSLOT>
-__device__ Blk<NW> &blk_init(const x4k_step_params &prm, uint8_t *smem)
+__device__ Blk &blk_init(const x4k_step_params &prm, uint8_t *smem)
 {
-	Blk<NW> &B = *reinterpret_cast<Blk<NW> *>(smem);
+	Blk &B = *reinterpret_cast<Blk *>(smem);
 	if (tid_() == 0)
 		blk_fill<NW, NSLOT>(B, prm, smem);
 	__syncthreads();
@@ -174,24 +176,24 @@ __device__ Blk<NW> &blk_init(const x4k_step_params &prm, uint8_t *smem)
 /* The clock's marks: this block's arrival at the end of phase ph (1-based,
  * thread 0), block 0's leaving of its barrier, block 0's end of a phase's
  * prologue. */
-template <int NW> __device__ __forceinline__ void clk_arrive(const Blk<NW> &B, int ph)
+__device__ __forceinline__ void clk_arrive(const Blk &B, int ph)
 {
 	if (B.clk_arrive && tid_() == 0 && B.b < X4K_STEP_CLOCK_BLOCKS && ph < X4K_STEP_MAX_PHASES)
 		B.clk_arrive[(size_t)ph * X4K_STEP_CLOCK_BLOCKS + B.b] = clock_ns();
 }
-template <int NW> __device__ __forceinline__ void clk_exit(const Blk<NW> &B, int ph)
+__device__ __forceinline__ void clk_exit(const Blk &B, int ph)
 {
 	if (B.clk_exit && B.b == 0 && tid_() == 0 && ph < X4K_STEP_MAX_PHASES)
 		B.clk_exit[ph] = clock_ns();
 }
-template <int NW> __device__ __forceinline__ void clk_mark(const Blk<NW> &B, const Sync &S)
+__device__ __forceinline__ void clk_mark(const Blk &B, const Sync &S)
 {
 	if (B.clk_mark && B.b == 0 && tid_() == 0 && S.phase + 1 < X4K_STEP_MAX_PHASES)
 		B.clk_mark[S.phase + 1] = clock_ns();
 }
 
 /* The barrier at a phase's end, and the clock. */
-template <int NW> __device__ __forceinline__ void phase_end(const Blk<NW> &B, Sync &S)
+__device__ __forceinline__ void phase_end(const Blk &B, Sync &S)
 {
 	S.phase++;
 	__syncthreads();
@@ -204,134 +206,6 @@ template <int NW> __device__ __forceinline__ void phase_end(const Blk<NW> &B, Sy
 #endif
 }
 
-/* ---------------- task maps ---------------- */
-
-/* Tasks [0, n) over the warps w0.. of the grid, interleaved over blocks. */
-template <int NW> struct MapGrid {
-	int base, stride, end;
-	__device__ MapGrid(const Blk<NW> &B, int n, int w0)
-	{
-		end = n;
-		stride = B.G * (NW - w0);
-		base = warp_() >= w0 ? B.b + B.G * (warp_() - w0) : n;
-	}
-	__device__ int operator()(int j) const
-	{
-		const long long t = (long long)base + (long long)stride * j;
-		return t < end ? (int)t : -1;
-	}
-};
-
-/* Tasks [lo, hi) over this block's warps. */
-struct MapRange {
-	int base, stride, end;
-	__device__ MapRange(int lo, int hi, int warp, int nw)
-	{
-		base = lo + warp;
-		stride = nw;
-		end = hi;
-	}
-	__device__ int operator()(int j) const
-	{
-		const int t = base + stride * j;
-		return t < end ? t : -1;
-	}
-};
-
-/* ---------------- shared pieces of tasks ---------------- */
-
-constexpr int KCH_BF16 = SLOTB / 2; /* values of a BF16 row a chunk */
-constexpr int KCH_F32 = SLOTB / 4;
-
-/* Rows a task of a BF16 matrix with rows of k values takes (rows
- * shorter than a slot: several at once, lanes in groups of g a row, the
- * count a multiple of 32 / g that divides `whole` (rows of one head) when
- * whole > 0); 1 when a row takes more than half a slot. */
-__host__ __device__ inline int bf16_rows_a_task(int k, int whole)
-{
-	if (2 * k > SLOTB / 2)
-		return 1;
-	const int g = pow2_div(k / 8), rp = 32 / g;
-	int r = rp;
-	while (2 * r * 2 * k <= SLOTB && (whole <= 0 || whole % (2 * r) == 0))
-		r *= 2;
-	return r;
-}
-
-/* Rows [r0, r0 + nr) of a BF16 matrix of k values a row at w (one
- * segment, one chunk), each . x: lanes in groups of g = pow2_div(k / 8),
- * a pass a row a group; out(row, value) on the group's first lane. */
-template <class OUT>
-__device__ __forceinline__ void bf16_rows(const uint8_t *w, int nr, int k, const float *x, int lane, OUT out)
-{
-	const int n8 = k / 8, g = pow2_div(n8), rp = 32 / g;
-	for (int r0 = 0; r0 < nr; r0 += rp) {
-		const int r = r0 + lane / g;
-		float a = r < nr ? dot_bf16<false>(w + (size_t)r * 2 * k, x, n8, lane % g, g) : 0.f;
-		a = seg_sum(a, g);
-		if (lane % g == 0 && r < nr)
-			out(r, a);
-	}
-}
-
-/* A chunk of one long BF16 row (values [k0, k0 + kc)): acc accumulates
- * this lane's partial; true at the last chunk, with the row's sum in v on
- * every lane. */
-__device__ __forceinline__ bool bf16_chunk(const uint8_t *w, int kc, const float *x, int lane, int c, int nch,
-					   float &acc, float &v)
-{
-	if (c == 0)
-		acc = 0.f;
-	acc += dot_bf16<false>(w, x, kc / 8, lane, 32);
-	if (c + 1 < nch)
-		return false;
-	v = x4c::warp_sum(acc);
-	return true;
-}
-
-/* A gate/up pair of a block format (rows of k values at p[0], p[1] in one
- * chunk, or one a chunk when two do not fit a slot): silu(g) * u on every
- * lane at the last chunk. */
-__device__ __forceinline__ bool pair_rows(int fmt, const uint8_t *const (&p)[2], int k, const float *x, int lane,
-					  int c, int nch, float &acc, float &h)
-{
-	const int nb = k / 32;
-	if (nch == 1) {
-		float a[1];
-		dot_blocks<1, false>(fmt, p[0], p[1] - p[0], 2, nb, x, lane, 16, a);
-		const float s = seg_sum(a[0], 16);
-		const float g = __shfl_sync(0xffffffffu, s, 0), u = __shfl_sync(0xffffffffu, s, 16);
-		h = x4d::silu(g) * u;
-		return true;
-	}
-	float a[1];
-	dot_blocks<1, false>(fmt, p[0], 0, 1, nb, x, lane, 32, a);
-	const float s = x4c::warp_sum(a[0]);
-	if (c == 0) {
-		acc = s; /* the gate's sum, on every lane */
-		return false;
-	}
-	h = x4d::silu(acc) * s;
-	return true;
-}
-
-/* Bytes of a row of k values of a block format. */
-__device__ __forceinline__ int fmt_row_bytes(int fmt, int k) { return k / 32 * (fmt == X4_T_Q8_0 ? 34 : 18); }
-
-/* Chunks of a pair: one when both rows fit a slot. */
-__device__ __forceinline__ int pair_chunks(const void *a, const void *b, int rb)
-{
-	const Seg sa = { static_cast<const uint8_t *>(a), rb }, sb = { static_cast<const uint8_t *>(b), rb };
-	return seg_room(sa) + seg_room(sb) <= SLOTB ? 1 : 2;
-}
-
-__device__ __forceinline__ Task pair_task(const uint8_t *a, const uint8_t *b, int rb, int c, int nch)
-{
-	if (nch == 1)
-		return task2(a, b, rb);
-	return task1(c == 0 ? a : b, rb);
-}
-
 /* ---------------- the gate's finish (docs/forward.md 5.1 steps 2-9) ----------------
  * After the barrier that follows the column phase: the grid's partial
  * projections and sums of squares added (a warp a row, lanes over the
@@ -340,7 +214,7 @@ __device__ __forceinline__ Task pair_task(const uint8_t *a, const uint8_t *b, in
  * sublayer's RMSNorm of x into xs.  The Sinkhorn (post, comb) is
  * gate_coef's, on warp 0 while the others run the next tasks. */
 template <int NW>
-__device__ void gate_finish(Blk<NW> &B, const float *base, const float *scale, const float *gain)
+__device__ __noinline__ void gate_finish(Blk &B, const float *base, const float *scale, const float *gain)
 {
 	constexpr int NT = 32 * NW, CM = (4096 + NT - 1) / NT;
 	const x4k_step_params &p = *B.p;
@@ -411,7 +285,7 @@ __device__ void gate_finish(Blk<NW> &B, const float *base, const float *scale, c
 }
 
 /* The gate's coefficients (pre | post | comb) from B.sm, on warp 0. */
-template <int NW> __device__ __forceinline__ void gate_coef(Blk<NW> &B)
+__device__ __noinline__ void gate_coef(Blk &B)
 {
 	if (warp_() == 0)
 		x4c::hc_coef_warp<4>(B.sm, B.gb, B.gb + NCMAX, B.p->hc, B.coef);
@@ -425,7 +299,7 @@ template <int NW> __device__ __forceinline__ void gate_coef(Blk<NW> &B)
  * streams' mean and its sum of squares for the head instead. */
 enum ColMode { COL_EMBED, COL_UPDATE };
 
-template <int NW> __device__ void col_phase(Blk<NW> &B, ColMode mode, bool head)
+template <int NW> __device__ __noinline__ void col_phase(Blk &B, ColMode mode, bool head)
 {
 	const x4k_step_params &p = *B.p;
 	const int D = p.D, nh = p.n_hc, nc = B.nc, cm = B.colmax;
@@ -492,7 +366,7 @@ template <int NW> __device__ void col_phase(Blk<NW> &B, ColMode mode, bool head)
 /* The next gate's projection at this block's columns into sfn, by warp 0
  * with its first item of the phase that ends in the column phase (so that
  * the item's wait covers them): rows j, streams s, a unit (8 bytes) each. */
-template <int NW> __device__ void fn_slice_copy(const Blk<NW> &B, const uint16_t *fn)
+__device__ __noinline__ void fn_slice_copy(const Blk &B, const uint16_t *fn)
 {
 	if (!fn || warp_() != 0)
 		return;
