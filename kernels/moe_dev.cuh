@@ -23,7 +23,10 @@ namespace x4c {
  * lowest index not yet taken is picked: x4r_topk's rule (lib/x4_kern.h).
  * Every lane ends a round with the same pick. */
 /* Token t's top k on one warp (the router's select kernels, and the
- * persistent step's, kernels/step.cu). */
+ * persistent step's, kernels/step.cu).  ROLLED keeps the k rounds a loop
+ * (the persistent step's code is kept small: docs/step.md 3); the same
+ * operations in the same order either way. */
+template <bool ROLLED = false>
 __device__ __forceinline__ void moe_select_token(int t, int lane, int n_expert, int k,
 					     const float *__restrict__ score,
 					     const float *__restrict__ bias, float scale, bool norm,
@@ -41,9 +44,10 @@ __device__ __forceinline__ void moe_select_token(int t, int lane, int n_expert, 
 			taken |= 1u << j;
 	}
 	float sum = 0.f;
+	constexpr int RK = ROLLED ? 1 : X4C_MOE_MAX_K; /* the rounds' unrolling */
 	int pick[X4C_MOE_MAX_K];
 	float pg[X4C_MOE_MAX_K];
-#pragma unroll
+#pragma unroll RK
 	for (int s = 0; s < X4C_MOE_MAX_K; s++) {
 		if (s >= k)
 			break;
@@ -92,7 +96,7 @@ __device__ __forceinline__ void moe_select_token(int t, int lane, int n_expert, 
 	}
 	if (lane != 0)
 		return;
-#pragma unroll
+#pragma unroll RK
 	for (int s = 0; s < X4C_MOE_MAX_K; s++) {
 		if (s >= k)
 			break;

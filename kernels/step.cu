@@ -107,8 +107,8 @@ extern "C" int x4k_step_check(const x4k_step_params *p, x4_err *e)
 		why = "more SMs than the step's partials hold";
 	else if (p->n_hc != 4)
 		why = "four residual streams";
-	else if (D % 256 || D > 8192)
-		why = "D a multiple of 256, at most 8192";
+	else if (D % 256 || D > 4096)
+		why = "D a multiple of 256, at most 4096";
 	else if (p->q_lora % 8 || 2 * p->q_lora > x4s::SLOTB || p->d_nope % 8 || p->kv_lora % 8 ||
 		 p->d_rope % 2 || p->d_v % 8 || 2 * p->kv_lora > x4s::SLOTB || 2 * p->d_nope > x4s::SLOTB)
 		why = "the attention's widths in 8s and their rows within a slot";

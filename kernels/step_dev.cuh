@@ -396,7 +396,7 @@ template <bool XG>
 __device__ __forceinline__ float blk_iq4(const uint8_t *b, const float *x, const IQ4Tab &k, float acc)
 {
 	float s = 0.f;
-#pragma unroll
+#pragma unroll 1 /* the step's code is kept small: docs/step.md 3 */
 	for (int i = 0; i < 4; i++) {
 		uint32_t lo, hi;
 		iq4_codes8(ld32_2(b + 2 + 4 * i), k, lo, hi);
@@ -418,7 +418,7 @@ template <bool XG>
 __device__ __forceinline__ float blk_q8(const uint8_t *b, const float *x, float acc)
 {
 	float s = 0.f;
-#pragma unroll
+#pragma unroll 1
 	for (int i = 0; i < 8; i++) {
 		const uint32_t w = ld32_2(b + 2 + 4 * i) ^ 0x80808080u; /* code + 128 */
 		const float4 xv = xload4<XG>(x + 4 * i);
@@ -474,7 +474,7 @@ __device__ __noinline__ float dot_q6k(const uint8_t *w, int nsb, const float *x,
 		const int8_t *sc = reinterpret_cast<const int8_t *>(b + 192 + 8 * h + (l4 >> 4));
 		const float d = f16(*reinterpret_cast<const uint16_t *>(b + 208));
 		const float *xb = x + 256 * sb + 128 * h + l4;
-#pragma unroll
+#pragma unroll 1
 		for (int g = 0; g < 4; g++) { /* values l4 + 32 g .. +3: q1..q4 of the format */
 			const uint32_t lo4 = (g & 1 ? ql1 : ql0) >> (g & 2 ? 4 : 0) & 0x0f0f0f0fu;
 			const uint32_t hi2 = (qh >> (2 * g)) & 0x03030303u;

@@ -278,7 +278,7 @@ template <int NW> __device__ __noinline__ void pro_topk(Blk &B, const x4k_step_l
 		__syncwarp();
 		int32_t *sel = reinterpret_cast<int32_t *>(B.sw + MAXE);
 		float *wts = B.sw + MAXE + MAXK;
-		x4c::moe_select_token(0, lane_(), p.n_expert, p.k, g, L->router_bias, p.expert_scale,
+		x4c::moe_select_token<true>(0, lane_(), p.n_expert, p.k, g, L->router_bias, p.expert_scale,
 				      p.expert_norm != 0, sel, wts);
 		__syncwarp();
 		if (lane_() == 0) {

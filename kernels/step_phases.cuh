@@ -193,7 +193,7 @@ __device__ __forceinline__ void clk_mark(const Blk &B, const Sync &S)
 }
 
 /* The barrier at a phase's end, and the clock. */
-__device__ __forceinline__ void phase_end(const Blk &B, Sync &S)
+__device__ __noinline__ void phase_end(const Blk &B, Sync &S)
 {
 	S.phase++;
 	__syncthreads();
@@ -216,7 +216,7 @@ __device__ __forceinline__ void phase_end(const Blk &B, Sync &S)
 template <int NW>
 __device__ __noinline__ void gate_finish(Blk &B, const float *base, const float *scale, const float *gain)
 {
-	constexpr int NT = 32 * NW, CM = (4096 + NT - 1) / NT;
+	constexpr int NT = 32 * NW, CM = (4096 + NT - 1) / NT; /* D <= 4096 (x4k_step_check) */
 	const x4k_step_params &p = *B.p;
 	const int D = p.D, nh = p.n_hc, nc = B.nc, G = B.G;
 	/* the loads that do not wait on anything: streams, gain, base, scale */
@@ -260,13 +260,6 @@ __device__ __noinline__ void gate_finish(Blk &B, const float *base, const float 
 		xv[i] = t;
 		ss = fmaf(t, t, ss);
 	}
-	/* columns past CM * NT (D > 4096): a second pass, from L2 again */
-	for (int c = tid_() + NT * CM; c < D; c += NT) {
-		float t = 0.f;
-		for (int s = 0; s < nh; s++)
-			t = __fmaf_rn(pre[s], ldcg(p.H + (size_t)s * D + c), t);
-		ss = fmaf(t, t, ss);
-	}
 	ss = x4c::block_sum(ss, B.red);
 	const float ninv = 1.0f / sqrtf(ss / (float)D + p.eps);
 #pragma unroll
@@ -274,12 +267,6 @@ __device__ __noinline__ void gate_finish(Blk &B, const float *base, const float 
 		const int c = tid_() + NT * i;
 		if (c < D)
 			B.xs[c] = (xv[i] * ninv) * gv[i];
-	}
-	for (int c = tid_() + NT * CM; c < D; c += NT) {
-		float t = 0.f;
-		for (int s = 0; s < nh; s++)
-			t = __fmaf_rn(pre[s], ldcg(p.H + (size_t)s * D + c), t);
-		B.xs[c] = (t * ninv) * gain[c];
 	}
 	__syncthreads();
 }

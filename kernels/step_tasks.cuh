@@ -180,9 +180,9 @@ __device__ __forceinline__ void ph_rows(Ph &ph, const uint16_t *w, int N, int k,
 	ph.R = bf16_rows_a_task(k, whole);
 }
 
-__device__ void ph_none(Ph &ph) { ph_clear(ph, PH_NONE, nullptr); }
+__device__ __noinline__ void ph_none(Ph &ph) { ph_clear(ph, PH_NONE, nullptr); }
 
-__device__ void ph_qa(const Blk &B, Ph &ph, const x4k_step_layer *L)
+__device__ __noinline__ void ph_qa(const Blk &B, Ph &ph, const x4k_step_layer *L)
 {
 	const x4k_step_params &p = *B.p;
 	ph_clear(ph, PH_QA, L);
@@ -190,7 +190,7 @@ __device__ void ph_qa(const Blk &B, Ph &ph, const x4k_step_layer *L)
 	ph.nch = (p.D + KCH_BF16 - 1) / KCH_BF16;
 }
 
-__device__ void ph_qb(const Blk &B, Ph &ph, const x4k_step_layer *L)
+__device__ __noinline__ void ph_qb(const Blk &B, Ph &ph, const x4k_step_layer *L)
 {
 	const x4k_step_params &p = *B.p;
 	ph_clear(ph, PH_QB, L);
@@ -198,7 +198,7 @@ __device__ void ph_qb(const Blk &B, Ph &ph, const x4k_step_layer *L)
 	ph_grid(ph, (ph.N + ph.R - 1) / ph.R, 0);
 }
 
-__device__ void ph_absorb(const Blk &B, Ph &ph, const x4k_step_layer *L)
+__device__ __noinline__ void ph_absorb(const Blk &B, Ph &ph, const x4k_step_layer *L)
 {
 	const x4k_step_params &p = *B.p;
 	ph_clear(ph, PH_ABSORB, L);
@@ -206,7 +206,7 @@ __device__ void ph_absorb(const Blk &B, Ph &ph, const x4k_step_layer *L)
 	ph_grid(ph, (ph.N + ph.R - 1) / ph.R, 0);
 }
 
-__device__ void ph_expand(const Blk &B, Ph &ph, const x4k_step_layer *L)
+__device__ __noinline__ void ph_expand(const Blk &B, Ph &ph, const x4k_step_layer *L)
 {
 	const x4k_step_params &p = *B.p;
 	ph_clear(ph, PH_EXPAND, L);
@@ -217,7 +217,7 @@ __device__ void ph_expand(const Blk &B, Ph &ph, const x4k_step_layer *L)
 	ph.hlo = lo * ph.R / p.d_v;
 }
 
-__device__ void ph_out(const Blk &B, Ph &ph, const x4k_step_layer *L)
+__device__ __noinline__ void ph_out(const Blk &B, Ph &ph, const x4k_step_layer *L)
 {
 	const x4k_step_params &p = *B.p;
 	ph_clear(ph, PH_OUT, L);
@@ -228,7 +228,7 @@ __device__ void ph_out(const Blk &B, Ph &ph, const x4k_step_layer *L)
 	ph.fn = L->hc_fn[1];
 }
 
-__device__ void ph_router(const Blk &B, Ph &ph, const x4k_step_layer *L)
+__device__ __noinline__ void ph_router(const Blk &B, Ph &ph, const x4k_step_layer *L)
 {
 	const x4k_step_params &p = *B.p;
 	ph_clear(ph, PH_ROUTER, L);
@@ -241,7 +241,7 @@ __device__ void ph_router(const Blk &B, Ph &ph, const x4k_step_layer *L)
 }
 
 /* after the top k (B.ssel, B.snsel) */
-__device__ void ph_routed(const Blk &B, Ph &ph, const x4k_step_layer *L)
+__device__ __noinline__ void ph_routed(const Blk &B, Ph &ph, const x4k_step_layer *L)
 {
 	const x4k_step_params &p = *B.p;
 	ph_clear(ph, PH_ROUTED, L);
@@ -253,7 +253,7 @@ __device__ void ph_routed(const Blk &B, Ph &ph, const x4k_step_layer *L)
 }
 
 /* after the top k; fn: the next block's attention gate (NULL before the head) */
-__device__ void ph_down(const Blk &B, Ph &ph, const x4k_step_layer *L, const uint16_t *fn)
+__device__ __noinline__ void ph_down(const Blk &B, Ph &ph, const x4k_step_layer *L, const uint16_t *fn)
 {
 	ph_clear(ph, PH_DOWN, L);
 	ph.ns = B.snsel[0];
@@ -262,7 +262,7 @@ __device__ void ph_down(const Blk &B, Ph &ph, const x4k_step_layer *L, const uin
 	ph.fn = fn;
 }
 
-__device__ void ph_dense_up(const Blk &B, Ph &ph, const x4k_step_layer *L)
+__device__ __noinline__ void ph_dense_up(const Blk &B, Ph &ph, const x4k_step_layer *L)
 {
 	const x4k_step_params &p = *B.p;
 	ph_clear(ph, PH_DENSE_UP, L);
@@ -272,7 +272,7 @@ __device__ void ph_dense_up(const Blk &B, Ph &ph, const x4k_step_layer *L)
 	ph.w2 = static_cast<const uint8_t *>(L->up);
 }
 
-__device__ void ph_dense_down(const Blk &B, Ph &ph, const x4k_step_layer *L, const uint16_t *fn)
+__device__ __noinline__ void ph_dense_down(const Blk &B, Ph &ph, const x4k_step_layer *L, const uint16_t *fn)
 {
 	const x4k_step_params &p = *B.p;
 	ph_clear(ph, PH_DENSE_DOWN, L);
@@ -285,7 +285,7 @@ __device__ void ph_dense_down(const Blk &B, Ph &ph, const x4k_step_layer *L, con
 	ph.fn = fn;
 }
 
-__device__ void ph_head(const Blk &B, Ph &ph)
+__device__ __noinline__ void ph_head(const Blk &B, Ph &ph)
 {
 	const x4k_step_params &p = *B.p;
 	ph_clear(ph, PH_HEAD, nullptr);
@@ -580,7 +580,7 @@ template <int NSLOT> __device__ __forceinline__ uint8_t *ring_slot(const Blk &B,
  * projection (Ph.fn) rides in the group of warp 0's first item of its
  * phase. */
 template <int NW, int NSLOT>
-__device__ __forceinline__ void ring_fill_(const Blk &B, const Ph &ph, const Ph &nx, RingPos &r)
+__device__ __noinline__ RingPos ring_fill_(const Blk &B, const Ph &ph, const Ph &nx, RingPos r)
 {
 	while (r.head - r.tail < NSLOT) {
 		const Ph *q;
@@ -592,7 +592,7 @@ __device__ __forceinline__ void ring_fill_(const Blk &B, const Ph &ph, const Ph 
 			q = &nx;
 			u = &r.nic;
 		} else {
-			return;
+			return r;
 		}
 		if (u->j == 0 && u->c == 0 && q->fn)
 			fn_slice_copy(B, q->fn);
@@ -601,13 +601,13 @@ __device__ __forceinline__ void ring_fill_(const Blk &B, const Ph &ph, const Ph 
 		commit();
 		r.head++;
 	}
+	return r;
 }
 
 template <int NW, int NSLOT>
-__device__ __noinline__ RingPos ring_fill(const Blk &B, const Ph &ph, const Ph &nx, RingPos r)
+__device__ __forceinline__ RingPos ring_fill(const Blk &B, const Ph &ph, const Ph &nx, RingPos r)
 {
-	ring_fill_<NW, NSLOT>(B, ph, nx, r);
-	return r;
+	return ring_fill_<NW, NSLOT>(B, ph, nx, r);
 }
 
 /* Compute every item of ph in order (r.ic: ph's issue position, possibly
@@ -619,7 +619,7 @@ __device__ __noinline__ RingPos ring_run(const Blk &B, const Ph &ph, const Ph &n
 	Cur cc = cur_start<NW>(B, ph);
 	float acc = 0.f;
 	while (cc.t >= 0) {
-		ring_fill_<NW, NSLOT>(B, ph, nx, r);
+		r = ring_fill_<NW, NSLOT>(B, ph, nx, r);
 		wait_pending(r.head - r.tail - 1);
 		__syncwarp();
 		const uint8_t *p[2];
@@ -629,8 +629,7 @@ __device__ __noinline__ RingPos ring_run(const Blk &B, const Ph &ph, const Ph &n
 		r.tail++;
 		cur_next<NW>(B, ph, cc);
 	}
-	ring_fill_<NW, NSLOT>(B, ph, nx, r); /* the next phase's first items, across the barrier */
-	return r;
+	return ring_fill_<NW, NSLOT>(B, ph, nx, r); /* the next phase's first items, across the barrier */
 }
 
 } /* namespace x4s */
