@@ -161,11 +161,11 @@ const char x4t_trunk_help[] =
 "                          later, fp32-accurate: the prefill's, and the decode\n"
 "                          step's IQ4_NL ones) or fma (the CUDA-core kernels\n"
 "                          everywhere, for comparison)\n"
-"      --step S            GPU decode step: auto (default: persistent where the\n"
-"                          card and the model take it, unless --hc eager),\n"
-"                          persistent (one kernel a step: sm_80 and later), or\n"
-"                          kernels (the multi-kernel step, which --attn, --gemm,\n"
-"                          --pdl and --hc apply to)\n"
+"      --step S            GPU decode step: auto (default: kernels), kernels (the\n"
+"                          multi-kernel step, which --attn, --gemm, --pdl and\n"
+"                          --hc apply to), or persistent (one cooperative kernel\n"
+"                          a step, sm_80 and later: the same tokens, not yet\n"
+"                          faster; docs/step.md)\n"
 "      --step-warps N      warps a block of the persistent step: 8 or 16 (default\n"
 "                          0: the most the card's shared memory takes)\n";
 

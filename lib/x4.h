@@ -513,11 +513,12 @@ enum x4_gemm { X4_GEMM_MMA = 0, X4_GEMM_FMA = 1 };
  * barriers (kernels/step.cu, docs/step.md: sm_80 and later, four streams,
  * the shapes it takes); KERNELS the multi-kernel step (sections 1 and 2
  * of lib/x4_kern.h: the one --attn, --gemm, --pdl and --hc eager choose
- * among); AUTO (the default) PERSISTENT where it runs, unless hc_eager
- * asks for the eager gate, which only the multi-kernel step has.  Asked
- * for by name where it cannot run, PERSISTENT is refused (X4_EINVAL).  A
- * prefill chunk is the multi-kernel path's either way; the CPU trunk
- * ignores it.  x4_trunk_stats.step says which runs. */
+ * among).  AUTO (the default) is KERNELS: the persistent step gives the
+ * same tokens but does not pay yet (0.34x the multi-kernel step's rate on
+ * the H200, bench/RESULTS.md 32), so it runs only when asked for by name,
+ * and is refused (X4_EINVAL) where it cannot run.  A prefill chunk is the
+ * multi-kernel path's either way; the CPU trunk ignores it.
+ * x4_trunk_stats.step says which runs. */
 enum x4_step { X4_STEP_AUTO = 0, X4_STEP_KERNELS = 1, X4_STEP_PERSISTENT = 2 };
 
 typedef struct x4_trunk_opts {

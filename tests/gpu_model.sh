@@ -350,14 +350,12 @@ t0=$SECONDS
 synth tiny --preset tiny --seed 1 && model_checks tiny "$tmp/tiny" "$long"
 [ -s "$tmp/tiny.f32.npy" ] && [ -s "$tmp/tiny.f64.npy" ] && option_checks tiny "$tmp/tiny" "$long" gemm fma --step kernels
 # The decode step's two forms by name (docs/step.md): the multi-kernel step
-# and the persistent one (the default's, where it runs: sm_80 and later).
+# (the default's) and the persistent one (sm_80 and later).
 if [ -s "$tmp/tiny.f32.npy" ] && [ -s "$tmp/tiny.f64.npy" ]; then
 	option_checks tiny "$tmp/tiny" "$long" step kernels
 	option_checks tiny "$tmp/tiny" "$long" step persistent
-	if grep -q '"step":"persistent"' "$tmp/tiny.step.persistent1.json" 2>/dev/null; then
-		grep -q '"step":"persistent"' "$tmp/tiny.pick.json"
-		check tiny.step_auto_is_persistent $? "the default run reports $(grep -o '"step":"[a-z]*"' "$tmp/tiny.pick.json")"
-	fi
+	grep -q '"step":"kernels"' "$tmp/tiny.pick.json"
+	check tiny.step_auto_is_kernels $? "the default run reports $(grep -o '"step":"[a-z]*"' "$tmp/tiny.pick.json")"
 fi
 synth loud --preset tiny --seed 1 --loud 2:0:60 && walk_checks loud "$tmp/loud"
 # The second expert format: the routed experts as Q8_0 (kernels/moe_experts.cu's

@@ -84,9 +84,9 @@ profile graphed --context 64 --steps $STEPS --step kernels
 profile eager --context 64 --steps $STEPS --graph off --step kernels
 profile hc_eager --context 64 --steps $STEPS --hc eager
 profile prefill --prefill 100 --steps 2
-profile persistent --context 64 --steps $STEPS
+profile persistent --context 64 --steps $STEPS --step persistent
 
-# The persistent step (the default where it runs): one class, "step", and
+# The persistent step (--step persistent): one class, "step", and
 # its phases from its own clock: each kind of phase a row, the embedding
 # and the head once, the blocks' phases a block each, shares adding to 100,
 # block 0's span of the step within the host's step.

@@ -283,16 +283,17 @@ static int pick_chunk(x4_trunk_cuda *t, x4_err *e)
 			  floor_t, mib(need));
 }
 
-/* The persistent decode step where the options ask for it and it runs
- * here (x4_trunk_opts.step): its layers uploaded beside the workspace, its
- * parameters over the trunk's cache and workspace.  AUTO falls back to the
- * multi-kernel step quietly; PERSISTENT by name is refused with the reason. */
+/* The persistent decode step where the options ask for it (x4_trunk_opts.step
+ * PERSISTENT: AUTO is the multi-kernel step while the persistent one does
+ * not pay, x4.h) and it runs here: its layers uploaded beside the
+ * workspace, its parameters over the trunk's cache and workspace; refused
+ * with the reason where it cannot run. */
 static int plan_step(x4_trunk_cuda *t, x4_err *e)
 {
 	const x4_config *c = t->c;
 	t->step_on = false;
 	int want = t->o.step;
-	if (want == X4_STEP_KERNELS || (want == X4_STEP_AUTO && t->o.hc_eager))
+	if (want != X4_STEP_PERSISTENT)
 		return 0;
 	size_t n = sizeof(x4k_step_layer) * (size_t)c->n_block;
 	x4k_step_layer *host = x4_alloc(n, "the persistent step's layers", e);
@@ -314,12 +315,9 @@ static int plan_step(x4_trunk_cuda *t, x4_err *e)
 	t->step_p.clock = (unsigned long long *)((char *)t->w.step_ws + sw.clock);
 	t->step_p.warps = t->o.step_warps;
 	x4_err ce = { 0 };
-	if (x4k_step_check(&t->step_p, &ce)) {
-		if (want == X4_STEP_PERSISTENT)
-			return x4_err_set(e, X4_EINVAL, "--step persistent cannot run on %s: %s (use "
-					  "--step kernels or auto)", t->dev_name, ce.msg);
-		return 0;
-	}
+	if (x4k_step_check(&t->step_p, &ce))
+		return x4_err_set(e, X4_EINVAL, "--step persistent cannot run on %s: %s (use "
+				  "--step kernels or auto)", t->dev_name, ce.msg);
 	t->step_on = true;
 	return 0;
 }
