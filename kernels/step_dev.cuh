@@ -61,7 +61,7 @@ constexpr int PH_BYTES = 256; /* a phase's descriptor in shared memory, at most 
 #endif
 
 /* n (0..16) bytes of global src into 16 bytes of shared dst, zeros after */
-__device__ __forceinline__ void cp16(void *dst, const void *src, int n)
+static __device__ __forceinline__ void cp16(void *dst, const void *src, int n)
 {
 #if defined(X4S_DEVICE) || defined(X4_EMU)
 	x4m::cp_async16(x4m::smem_u32(dst), src, n);
@@ -69,7 +69,7 @@ __device__ __forceinline__ void cp16(void *dst, const void *src, int n)
 }
 
 /* 8 bytes of global src (8-aligned) into shared dst (8-aligned) */
-__device__ __forceinline__ void cp8(void *dst, const void *src)
+static __device__ __forceinline__ void cp8(void *dst, const void *src)
 {
 #if defined(X4_EMU)
 	emu_cp_async_any(dst, src, 8);
@@ -79,7 +79,7 @@ __device__ __forceinline__ void cp8(void *dst, const void *src)
 #endif
 }
 
-__device__ __forceinline__ void commit()
+static __device__ __forceinline__ void commit()
 {
 #if defined(X4S_DEVICE) || defined(X4_EMU)
 	x4m::cp_async_commit();
@@ -87,7 +87,7 @@ __device__ __forceinline__ void commit()
 }
 
 /* Wait until at most n (0..3) of this thread's groups are pending. */
-__device__ __forceinline__ void wait_pending(int n)
+static __device__ __forceinline__ void wait_pending(int n)
 {
 #if defined(X4S_DEVICE) || defined(X4_EMU)
 	switch (n) {
@@ -99,8 +99,8 @@ __device__ __forceinline__ void wait_pending(int n)
 #endif
 }
 
-/* The barrier's counter: a release add, a relaxed load, the fence (GPU scope). */
-__device__ __forceinline__ void arrive(unsigned *p)
+/* The barrier's counter: a release add, an acquire load (GPU scope). */
+static __device__ __forceinline__ void arrive(unsigned *p)
 {
 #if defined(X4_EMU)
 	emu_arrive(p);
@@ -109,28 +109,21 @@ __device__ __forceinline__ void arrive(unsigned *p)
 #endif
 }
 
-__device__ __forceinline__ unsigned poll(const unsigned *p)
+static __device__ __forceinline__ unsigned acquire(const unsigned *p)
 {
 #if defined(X4_EMU)
 	emu_yield();
 	return __atomic_load_n(p, __ATOMIC_SEQ_CST);
 #elif defined(X4S_DEVICE)
 	unsigned v;
-	asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+	asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
 	return v;
 #else
 	return *p;
 #endif
 }
 
-__device__ __forceinline__ void fence_acquire()
-{
-#if defined(X4S_DEVICE)
-	asm volatile("fence.acq_rel.gpu;\n" ::: "memory");
-#endif
-}
-
-__device__ __forceinline__ unsigned long long clock_ns()
+static __device__ __forceinline__ unsigned long long clock_ns()
 {
 #if defined(X4S_DEVICE)
 	unsigned long long t;
@@ -143,7 +136,7 @@ __device__ __forceinline__ unsigned long long clock_ns()
 
 /* An activation another block wrote in this launch: read from L2, never a
  * stale line of this SM's L1. */
-__device__ __forceinline__ float ldcg(const float *p)
+static __device__ __forceinline__ float ldcg(const float *p)
 {
 #if defined(X4S_DEVICE)
 	return __ldcg(p);
@@ -152,7 +145,7 @@ __device__ __forceinline__ float ldcg(const float *p)
 #endif
 }
 
-__device__ __forceinline__ float4 ldcg4(const float *p)
+static __device__ __forceinline__ float4 ldcg4(const float *p)
 {
 #if defined(X4S_DEVICE)
 	return __ldcg(reinterpret_cast<const float4 *>(p));
@@ -166,7 +159,7 @@ __device__ __forceinline__ float4 ldcg4(const float *p)
 
 /* n values of global src (strided by stride) summed in index order:
  * values lane0, lane0 + step, ... (lane0 < step). */
-__device__ __forceinline__ float sum_ldcg(const float *src, size_t stride, int n, int lane0, int step)
+static __device__ __forceinline__ float sum_ldcg(const float *src, size_t stride, int n, int lane0, int step)
 {
 	float v = 0.f;
 	for (int i0 = lane0; i0 < n; i0 += 8 * step) {
@@ -184,7 +177,7 @@ __device__ __forceinline__ float sum_ldcg(const float *src, size_t stride, int n
 }
 
 /* dst[i] = src[i] for i < n (dst shared, src global), by nt threads. */
-__device__ __forceinline__ void copy_ldcg(float *dst, const float *src, int n, int t0, int nt)
+static __device__ __forceinline__ void copy_ldcg(float *dst, const float *src, int n, int t0, int nt)
 {
 	for (int i0 = t0; i0 < n; i0 += 8 * nt) {
 		float t[8];
@@ -206,16 +199,17 @@ __device__ __forceinline__ void copy_ldcg(float *dst, const float *src, int n, i
  * block after it.  One counter, cleared before the launch, that each block
  * adds 1 to at each barrier (a release: the block's writes, ordered before
  * thread 0 by the caller's __syncthreads, go with it); the n-th barrier
- * waits for n * G with relaxed loads, then one acquire fence, so that the
- * spinning does not hold up the adds on the counter's line. */
-__device__ __forceinline__ void grid_sync(unsigned *bar, unsigned &target)
+ * spins on acquire loads until n * G.  The lab (bench/kernels/grid_sync.cu)
+ * priced it against a relaxed spin with one fence, with a back-off, and a
+ * flag released by the last block: 0.95 us a barrier on the H200 against
+ * 0.98, 1.08 and 1.41 (bench/RESULTS.md 32). */
+static __device__ __forceinline__ void grid_sync(unsigned *bar, unsigned &target)
 {
 	target += gridDim.x;
 	if (threadIdx.x == 0) {
 		arrive(bar);
-		while (poll(bar) < target) {
+		while (acquire(bar) < target) {
 		}
-		fence_acquire();
 	}
 	__syncthreads();
 }
@@ -236,24 +230,24 @@ struct Task {
 	Seg s0, s1; /* s1.src NULL: one segment */
 };
 
-__device__ __forceinline__ Task task1(const void *src, int bytes)
+static __device__ __forceinline__ Task task1(const void *src, int bytes)
 {
 	return { { static_cast<const uint8_t *>(src), bytes }, { nullptr, 0 } };
 }
 
-__device__ __forceinline__ Task task2(const void *a, const void *b, int bytes)
+static __device__ __forceinline__ Task task2(const void *a, const void *b, int bytes)
 {
 	return { { static_cast<const uint8_t *>(a), bytes }, { static_cast<const uint8_t *>(b), bytes } };
 }
 
 /* Bytes a segment takes in a slot: its covering lines. */
-__device__ __forceinline__ int seg_room(const Seg &g)
+static __device__ __forceinline__ int seg_room(const Seg &g)
 {
 	return (int)((((uintptr_t)g.src & 15) + (uintptr_t)g.bytes + 15) & ~(uintptr_t)15);
 }
 
 /* One segment's covering lines into the slot at off. */
-__device__ __forceinline__ void seg_copy(uint8_t *slot, const Seg &g, int lane)
+static __device__ __forceinline__ void seg_copy(uint8_t *slot, const Seg &g, int lane)
 {
 	const int mis = (int)((uintptr_t)g.src & 15), n = mis + g.bytes;
 	const uint8_t *a = g.src - mis;
@@ -264,7 +258,7 @@ __device__ __forceinline__ void seg_copy(uint8_t *slot, const Seg &g, int lane)
 	}
 }
 
-__device__ __forceinline__ void task_copy(uint8_t *slot, const Task &t, int lane)
+static __device__ __forceinline__ void task_copy(uint8_t *slot, const Task &t, int lane)
 {
 	seg_copy(slot, t.s0, lane);
 	if (t.s1.src)
@@ -272,7 +266,7 @@ __device__ __forceinline__ void task_copy(uint8_t *slot, const Task &t, int lane
 }
 
 /* Where each segment's first byte sits in the slot. */
-__device__ __forceinline__ void task_ptrs(const uint8_t *slot, const Task &t, const uint8_t *(&p)[2])
+static __device__ __forceinline__ void task_ptrs(const uint8_t *slot, const Task &t, const uint8_t *(&p)[2])
 {
 	p[0] = slot + ((uintptr_t)t.s0.src & 15);
 	p[1] = slot + seg_room(t.s0) + ((uintptr_t)t.s1.src & 15);
@@ -284,7 +278,7 @@ __device__ __forceinline__ void task_ptrs(const uint8_t *slot, const Task &t, co
 
 /* Sum over the lanes of each aligned group of g lanes (g a power of two),
  * every lane of the group getting it. */
-__device__ __forceinline__ float seg_sum(float v, int g)
+static __device__ __forceinline__ float seg_sum(float v, int g)
 {
 #pragma unroll
 	for (int o = 16; o; o >>= 1)
@@ -294,7 +288,7 @@ __device__ __forceinline__ float seg_sum(float v, int g)
 }
 
 /* The largest power of two (at most 32) that divides n (n >= 1). */
-__host__ __device__ inline int pow2_div(int n)
+static __host__ __device__ inline int pow2_div(int n)
 {
 	int g = 1;
 	while (g < 32 && n % (2 * g) == 0)
@@ -310,7 +304,7 @@ template <bool XG> __device__ __forceinline__ float4 xload4(const float *x)
 /* BF16 values [0, 8 n8) of w (16-aligned) . x, this lane's share: 8-value
  * lines lane0, lane0 + step, ...  XG: x is in global memory (else shared). */
 template <bool XG>
-__device__ __noinline__ float dot_bf16(const uint8_t *w, const float *x, int n8, int lane0, int step)
+static __device__ __noinline__ float dot_bf16(const uint8_t *w, const float *x, int n8, int lane0, int step)
 {
 	float a = 0.f;
 	for (int i = lane0; i < n8; i += step) {
@@ -333,7 +327,7 @@ __device__ __noinline__ float dot_bf16(const uint8_t *w, const float *x, int n8,
 }
 
 /* F32 values [0, 4 n4) of w . x, 4-value lines lane0, lane0 + step, ... */
-__device__ __noinline__ float dot_f32(const uint8_t *w, const float *x, int n4, int lane0, int step)
+static __device__ __noinline__ float dot_f32(const uint8_t *w, const float *x, int n4, int lane0, int step)
 {
 	float a = 0.f;
 	for (int i = lane0; i < n4; i += step) {
@@ -348,7 +342,7 @@ __device__ __noinline__ float dot_f32(const uint8_t *w, const float *x, int n4, 
 }
 
 /* A 2-aligned 32-bit word of shared memory. */
-__device__ __forceinline__ uint32_t ld32_2(const uint8_t *p)
+static __device__ __forceinline__ uint32_t ld32_2(const uint8_t *p)
 {
 	const uint16_t *h = reinterpret_cast<const uint16_t *>(p);
 	return (uint32_t)h[0] | (uint32_t)h[1] << 16;
@@ -356,20 +350,20 @@ __device__ __forceinline__ uint32_t ld32_2(const uint8_t *p)
 
 /* Byte j of w less off, as a float, exactly: the byte under the exponent
  * of 2^23, less 2^23 + off (no quarter-rate I2F). */
-__device__ __forceinline__ float byte_less(uint32_t w, int j, int off)
+static __device__ __forceinline__ float byte_less(uint32_t w, int j, int off)
 {
 	return __fadd_rn(__uint_as_float(__byte_perm(w, 0x4b000000u, 0x7540u | (unsigned)j)),
 			 -(8388608.0f + (float)off));
 }
 
 /* Byte j of w, a code + 128, as the code's value. */
-__device__ __forceinline__ float biased(uint32_t w, int j) { return byte_less(w, j, 128); }
+static __device__ __forceinline__ float biased(uint32_t w, int j) { return byte_less(w, j, 128); }
 
 /* The IQ4_NL codebook + 128 as bytes (codes 0..3, 4..7, 8..11, 12..15). */
 struct IQ4Tab {
 	uint32_t t0, t1, t2, t3;
 };
-__device__ __forceinline__ IQ4Tab iq4_tab()
+static __device__ __forceinline__ IQ4Tab iq4_tab()
 {
 	constexpr uint64_t B = 0x8080808080808080ull;
 	return { (uint32_t)(X4B_IQ4NL_LO ^ B), (uint32_t)((X4B_IQ4NL_LO ^ B) >> 32),
@@ -381,7 +375,7 @@ __device__ __forceinline__ IQ4Tab iq4_tab()
  * values j0, j0+16, j0+1, j0+17 (bytes 0..3), hi values j0+2, j0+18, j0+3,
  * j0+19.  Two permutes pick from the lower and upper 8 entries by a code's
  * low 3 bits, a third between them by its bit 3. */
-__device__ __forceinline__ void iq4_codes8(uint32_t w, const IQ4Tab &k, uint32_t &lo, uint32_t &hi)
+static __device__ __forceinline__ void iq4_codes8(uint32_t w, const IQ4Tab &k, uint32_t &lo, uint32_t &hi)
 {
 	const uint32_t m = w & 0x77777777u;
 	const uint32_t s = ((w >> 1) & 0x44444444u) | 0x32103210u;
@@ -393,7 +387,7 @@ __device__ __forceinline__ void iq4_codes8(uint32_t w, const IQ4Tab &k, uint32_t
  * 16-aligned) into acc: the codes' sum against x in fp32, then
  * acc = fma(d, sum, acc), the register core's order (docs/numerics.md 1.9). */
 template <bool XG>
-__device__ __forceinline__ float blk_iq4(const uint8_t *b, const float *x, const IQ4Tab &k, float acc)
+static __device__ __forceinline__ float blk_iq4(const uint8_t *b, const float *x, const IQ4Tab &k, float acc)
 {
 	float s = 0.f;
 #pragma unroll 1 /* the step's code is kept small: docs/step.md 3 */
@@ -415,7 +409,7 @@ __device__ __forceinline__ float blk_iq4(const uint8_t *b, const float *x, const
 
 /* One Q8_0 block (34 bytes: fp16 d, 32 int8), as blk_iq4. */
 template <bool XG>
-__device__ __forceinline__ float blk_q8(const uint8_t *b, const float *x, float acc)
+static __device__ __forceinline__ float blk_q8(const uint8_t *b, const float *x, float acc)
 {
 	float s = 0.f;
 #pragma unroll 1
@@ -438,7 +432,7 @@ __device__ __forceinline__ float blk_q8(const uint8_t *b, const float *x, float 
  * its i-th row (i < R).  x: the values of the rows' first block on.  Out
  * of line, one copy for every phase that calls it (docs/step.md 3). */
 template <int R, bool XG>
-__device__ __noinline__ float4 dot_blocks(int fmt, const uint8_t *base, ptrdiff_t stride, int nr, int nb,
+static __device__ __noinline__ float4 dot_blocks(int fmt, const uint8_t *base, ptrdiff_t stride, int nr, int nb,
 					  const float *x, int lane, int g)
 {
 	static_assert(R >= 1 && R <= 4, "a float4 of rows");
@@ -463,7 +457,7 @@ __device__ __noinline__ float4 dot_blocks(int fmt, const uint8_t *base, ptrdiff_
  * lane's share: units (superblock, half, four of its 32 positions), 16
  * values a unit, units lane, lane + 32, ...  A unit's four scale groups
  * are summed on the codes - 32 in fp32 and scaled once by d * scale. */
-__device__ __noinline__ float dot_q6k(const uint8_t *w, int nsb, const float *x, int lane)
+static __device__ __noinline__ float dot_q6k(const uint8_t *w, int nsb, const float *x, int lane)
 {
 	float a = 0.f;
 	for (int u = lane; u < nsb * 16; u += 32) {

@@ -31,9 +31,9 @@ namespace x4s {
  * struct whose address a phase holds (that would put it, and every access
  * to it, in local memory: with ~225 KB of shared memory an SM there is
  * little L1 to hold a stack, so a local access is an L2 round trip). */
-__device__ __forceinline__ int tid_() { return (int)threadIdx.x; }
-__device__ __forceinline__ int warp_() { return (int)threadIdx.x >> 5; }
-__device__ __forceinline__ int lane_() { return (int)threadIdx.x & 31; }
+static __device__ __forceinline__ int tid_() { return (int)threadIdx.x; }
+static __device__ __forceinline__ int warp_() { return (int)threadIdx.x >> 5; }
+static __device__ __forceinline__ int lane_() { return (int)threadIdx.x & 31; }
 
 /* The block's uniform state, in its shared memory (written once by thread
  * 0 at the start): the parameters' copy, the pieces of the workspace and
@@ -78,7 +78,7 @@ struct Sync {
 
 /* Shared memory a block needs (bytes, 16-aligned pieces): Blk, the ring,
  * the rest. */
-__host__ __device__ inline size_t blk_smem(int NW, int NSLOT, int n_hc, int colmax)
+static __host__ __device__ inline size_t blk_smem(int NW, int NSLOT, int n_hc, int colmax)
 {
 	auto r16 = [](size_t n) { return (n + 15) & ~(size_t)15; };
 	return r16(sizeof(Blk)) + 3 * PH_BYTES + (size_t)NW * NSLOT * SLOTB + r16(sizeof(float) * XS) + r16(sizeof(float) * NCMAX) +
@@ -90,7 +90,7 @@ __host__ __device__ inline size_t blk_smem(int NW, int NSLOT, int n_hc, int colm
 }
 
 /* The attention's heads a block (a divisor of n_head, at most 8). */
-__host__ __device__ inline int att_heads(int n_head)
+static __host__ __device__ inline int att_heads(int n_head)
 {
 	for (int nh = 8; nh > 1; nh--)
 		if (n_head % nh == 0)
@@ -101,7 +101,7 @@ __host__ __device__ inline int att_heads(int n_head)
 /* The attention's splits of len positions over a grid of G blocks with hg
  * head groups: s splits of span positions (the last may be shorter), at
  * least AT_T positions a split where there are blocks to spare. */
-__host__ __device__ inline void att_split(int len, int G, int hg, int *s, int *span)
+static __host__ __device__ inline void att_split(int len, int G, int hg, int *s, int *span)
 {
 	int n = (len + AT_T - 1) / AT_T, m = G / hg;
 	n = n < m ? n : m;
@@ -112,10 +112,10 @@ __host__ __device__ inline void att_split(int len, int G, int hg, int *s, int *s
 }
 
 /* Columns the busiest block owns. */
-__host__ __device__ inline int blk_colmax(int D, int G) { return UNIT * ((D / UNIT + G - 1) / G); }
+static __host__ __device__ inline int blk_colmax(int D, int G) { return UNIT * ((D / UNIT + G - 1) / G); }
 
 template <int NW, int NSLOT>
-__device__ void blk_fill(Blk &B, const x4k_step_params &prm, uint8_t *smem)
+static __device__ void blk_fill(Blk &B, const x4k_step_params &prm, uint8_t *smem)
 {
 	B.P = prm;
 	B.p = &B.P;
@@ -176,24 +176,24 @@ __device__ Blk &blk_init(const x4k_step_params &prm, uint8_t *smem)
 /* The clock's marks: this block's arrival at the end of phase ph (1-based,
  * thread 0), block 0's leaving of its barrier, block 0's end of a phase's
  * prologue. */
-__device__ __forceinline__ void clk_arrive(const Blk &B, int ph)
+static __device__ __forceinline__ void clk_arrive(const Blk &B, int ph)
 {
 	if (B.clk_arrive && tid_() == 0 && B.b < X4K_STEP_CLOCK_BLOCKS && ph < X4K_STEP_MAX_PHASES)
 		B.clk_arrive[(size_t)ph * X4K_STEP_CLOCK_BLOCKS + B.b] = clock_ns();
 }
-__device__ __forceinline__ void clk_exit(const Blk &B, int ph)
+static __device__ __forceinline__ void clk_exit(const Blk &B, int ph)
 {
 	if (B.clk_exit && B.b == 0 && tid_() == 0 && ph < X4K_STEP_MAX_PHASES)
 		B.clk_exit[ph] = clock_ns();
 }
-__device__ __forceinline__ void clk_mark(const Blk &B, const Sync &S)
+static __device__ __forceinline__ void clk_mark(const Blk &B, const Sync &S)
 {
 	if (B.clk_mark && B.b == 0 && tid_() == 0 && S.phase + 1 < X4K_STEP_MAX_PHASES)
 		B.clk_mark[S.phase + 1] = clock_ns();
 }
 
 /* The barrier at a phase's end, and the clock. */
-__device__ __noinline__ void phase_end(const Blk &B, Sync &S)
+static __device__ __noinline__ void phase_end(const Blk &B, Sync &S)
 {
 	S.phase++;
 	__syncthreads();
@@ -214,7 +214,7 @@ __device__ __noinline__ void phase_end(const Blk &B, Sync &S)
  * sublayer's RMSNorm of x into xs.  The Sinkhorn (post, comb) is
  * gate_coef's, on warp 0 while the others run the next tasks. */
 template <int NW>
-__device__ __noinline__ void gate_finish(Blk &B, const float *base, const float *scale, const float *gain)
+static __device__ __noinline__ void gate_finish(Blk &B, const float *base, const float *scale, const float *gain)
 {
 	constexpr int NT = 32 * NW, CM = (4096 + NT - 1) / NT; /* D <= 4096 (x4k_step_check) */
 	const x4k_step_params &p = *B.p;
@@ -272,7 +272,7 @@ __device__ __noinline__ void gate_finish(Blk &B, const float *base, const float 
 }
 
 /* The gate's coefficients (pre | post | comb) from B.sm, on warp 0. */
-__device__ __noinline__ void gate_coef(Blk &B)
+static __device__ __noinline__ void gate_coef(Blk &B)
 {
 	if (warp_() == 0)
 		x4c::hc_coef_warp<4>(B.sm, B.gb, B.gb + NCMAX, B.p->hc, B.coef);
@@ -353,7 +353,7 @@ template <int NW> __device__ __noinline__ void col_phase(Blk &B, ColMode mode, b
 /* The next gate's projection at this block's columns into sfn, by warp 0
  * with its first item of the phase that ends in the column phase (so that
  * the item's wait covers them): rows j, streams s, a unit (8 bytes) each. */
-__device__ __noinline__ void fn_slice_copy(const Blk &B, const uint16_t *fn)
+static __device__ __noinline__ void fn_slice_copy(const Blk &B, const uint16_t *fn)
 {
 	if (!fn || warp_() != 0)
 		return;

@@ -80,7 +80,7 @@ struct Cur {
 	int j, t, c, nc;
 };
 
-__device__ int ph_nchunk(const Blk &B, const Ph &ph, int t);
+static __device__ __noinline__ int ph_nchunk(const Blk &B, const Ph &ph, int t);
 
 template <int NW> __device__ __forceinline__ Cur cur_start(const Blk &B, const Ph &ph)
 {
@@ -111,7 +111,7 @@ constexpr int KCH_F32 = SLOTB / 4;
  * shorter than a slot: several at once, lanes in groups of g a row, the
  * count a multiple of 32 / g that divides `whole` (rows of one head) when
  * whole > 0); 1 when a row takes more than half a slot. */
-__host__ __device__ inline int bf16_rows_a_task(int k, int whole)
+static __host__ __device__ inline int bf16_rows_a_task(int k, int whole)
 {
 	if (2 * k > SLOTB / 2)
 		return 1;
@@ -124,23 +124,23 @@ __host__ __device__ inline int bf16_rows_a_task(int k, int whole)
 
 /* A5's tasks: contiguous runs of them a block, so that its rows span few
  * heads (each needs its head's attention output, combined in xs). */
-__host__ __device__ inline void run_of(int T, int b, int G, int &lo, int &hi)
+static __host__ __device__ inline void run_of(int T, int b, int G, int &lo, int &hi)
 {
 	lo = (int)((long long)T * b / G);
 	hi = (int)((long long)T * (b + 1) / G);
 }
 
 /* Bytes of a row of k values of a block format. */
-__device__ __forceinline__ int fmt_row_bytes(int fmt, int k) { return k / 32 * (fmt == X4_T_Q8_0 ? 34 : 18); }
+static __device__ __forceinline__ int fmt_row_bytes(int fmt, int k) { return k / 32 * (fmt == X4_T_Q8_0 ? 34 : 18); }
 
 /* Chunks of a gate/up pair of rows of rb bytes: one when both fit a slot. */
-__device__ __forceinline__ int pair_chunks(const void *a, const void *b, int rb)
+static __device__ __forceinline__ int pair_chunks(const void *a, const void *b, int rb)
 {
 	const Seg sa = { static_cast<const uint8_t *>(a), rb }, sb = { static_cast<const uint8_t *>(b), rb };
 	return seg_room(sa) + seg_room(sb) <= SLOTB ? 1 : 2;
 }
 
-__device__ __forceinline__ Task pair_task(const uint8_t *a, const uint8_t *b, int rb, int c, int nch)
+static __device__ __forceinline__ Task pair_task(const uint8_t *a, const uint8_t *b, int rb, int c, int nch)
 {
 	if (nch == 1)
 		return task2(a, b, rb);
@@ -149,21 +149,21 @@ __device__ __forceinline__ Task pair_task(const uint8_t *a, const uint8_t *b, in
 
 /* ---------------- the descriptors, by one thread ---------------- */
 
-__device__ __forceinline__ void ph_clear(Ph &ph, int kind, const x4k_step_layer *L)
+static __device__ __forceinline__ void ph_clear(Ph &ph, int kind, const x4k_step_layer *L)
 {
 	memset(&ph, 0, sizeof ph);
 	ph.kind = kind;
 	ph.L = L;
 }
 
-__device__ __forceinline__ void ph_grid(Ph &ph, int n, int w0)
+static __device__ __forceinline__ void ph_grid(Ph &ph, int n, int w0)
 {
 	ph.range = 0;
 	ph.n = n;
 	ph.w0 = w0;
 }
 
-__device__ __forceinline__ void ph_range(Ph &ph, int lo, int hi)
+static __device__ __forceinline__ void ph_range(Ph &ph, int lo, int hi)
 {
 	ph.range = 1;
 	ph.lo = lo;
@@ -172,7 +172,7 @@ __device__ __forceinline__ void ph_range(Ph &ph, int lo, int hi)
 }
 
 /* A BF16 matrix of N rows of k values, R rows a task. */
-__device__ __forceinline__ void ph_rows(Ph &ph, const uint16_t *w, int N, int k, int whole)
+static __device__ __forceinline__ void ph_rows(Ph &ph, const uint16_t *w, int N, int k, int whole)
 {
 	ph.w = reinterpret_cast<const uint8_t *>(w);
 	ph.N = N;
@@ -180,9 +180,9 @@ __device__ __forceinline__ void ph_rows(Ph &ph, const uint16_t *w, int N, int k,
 	ph.R = bf16_rows_a_task(k, whole);
 }
 
-__device__ __noinline__ void ph_none(Ph &ph) { ph_clear(ph, PH_NONE, nullptr); }
+static __device__ __noinline__ void ph_none(Ph &ph) { ph_clear(ph, PH_NONE, nullptr); }
 
-__device__ __noinline__ void ph_qa(const Blk &B, Ph &ph, const x4k_step_layer *L)
+static __device__ __noinline__ void ph_qa(const Blk &B, Ph &ph, const x4k_step_layer *L)
 {
 	const x4k_step_params &p = *B.p;
 	ph_clear(ph, PH_QA, L);
@@ -190,7 +190,7 @@ __device__ __noinline__ void ph_qa(const Blk &B, Ph &ph, const x4k_step_layer *L
 	ph.nch = (p.D + KCH_BF16 - 1) / KCH_BF16;
 }
 
-__device__ __noinline__ void ph_qb(const Blk &B, Ph &ph, const x4k_step_layer *L)
+static __device__ __noinline__ void ph_qb(const Blk &B, Ph &ph, const x4k_step_layer *L)
 {
 	const x4k_step_params &p = *B.p;
 	ph_clear(ph, PH_QB, L);
@@ -198,7 +198,7 @@ __device__ __noinline__ void ph_qb(const Blk &B, Ph &ph, const x4k_step_layer *L
 	ph_grid(ph, (ph.N + ph.R - 1) / ph.R, 0);
 }
 
-__device__ __noinline__ void ph_absorb(const Blk &B, Ph &ph, const x4k_step_layer *L)
+static __device__ __noinline__ void ph_absorb(const Blk &B, Ph &ph, const x4k_step_layer *L)
 {
 	const x4k_step_params &p = *B.p;
 	ph_clear(ph, PH_ABSORB, L);
@@ -206,7 +206,7 @@ __device__ __noinline__ void ph_absorb(const Blk &B, Ph &ph, const x4k_step_laye
 	ph_grid(ph, (ph.N + ph.R - 1) / ph.R, 0);
 }
 
-__device__ __noinline__ void ph_expand(const Blk &B, Ph &ph, const x4k_step_layer *L)
+static __device__ __noinline__ void ph_expand(const Blk &B, Ph &ph, const x4k_step_layer *L)
 {
 	const x4k_step_params &p = *B.p;
 	ph_clear(ph, PH_EXPAND, L);
@@ -217,7 +217,7 @@ __device__ __noinline__ void ph_expand(const Blk &B, Ph &ph, const x4k_step_laye
 	ph.hlo = lo * ph.R / p.d_v;
 }
 
-__device__ __noinline__ void ph_out(const Blk &B, Ph &ph, const x4k_step_layer *L)
+static __device__ __noinline__ void ph_out(const Blk &B, Ph &ph, const x4k_step_layer *L)
 {
 	const x4k_step_params &p = *B.p;
 	ph_clear(ph, PH_OUT, L);
@@ -228,7 +228,7 @@ __device__ __noinline__ void ph_out(const Blk &B, Ph &ph, const x4k_step_layer *
 	ph.fn = L->hc_fn[1];
 }
 
-__device__ __noinline__ void ph_router(const Blk &B, Ph &ph, const x4k_step_layer *L)
+static __device__ __noinline__ void ph_router(const Blk &B, Ph &ph, const x4k_step_layer *L)
 {
 	const x4k_step_params &p = *B.p;
 	ph_clear(ph, PH_ROUTER, L);
@@ -241,7 +241,7 @@ __device__ __noinline__ void ph_router(const Blk &B, Ph &ph, const x4k_step_laye
 }
 
 /* after the top k (B.ssel, B.snsel) */
-__device__ __noinline__ void ph_routed(const Blk &B, Ph &ph, const x4k_step_layer *L)
+static __device__ __noinline__ void ph_routed(const Blk &B, Ph &ph, const x4k_step_layer *L)
 {
 	const x4k_step_params &p = *B.p;
 	ph_clear(ph, PH_ROUTED, L);
@@ -253,7 +253,7 @@ __device__ __noinline__ void ph_routed(const Blk &B, Ph &ph, const x4k_step_laye
 }
 
 /* after the top k; fn: the next block's attention gate (NULL before the head) */
-__device__ __noinline__ void ph_down(const Blk &B, Ph &ph, const x4k_step_layer *L, const uint16_t *fn)
+static __device__ __noinline__ void ph_down(const Blk &B, Ph &ph, const x4k_step_layer *L, const uint16_t *fn)
 {
 	ph_clear(ph, PH_DOWN, L);
 	ph.ns = B.snsel[0];
@@ -262,7 +262,7 @@ __device__ __noinline__ void ph_down(const Blk &B, Ph &ph, const x4k_step_layer 
 	ph.fn = fn;
 }
 
-__device__ __noinline__ void ph_dense_up(const Blk &B, Ph &ph, const x4k_step_layer *L)
+static __device__ __noinline__ void ph_dense_up(const Blk &B, Ph &ph, const x4k_step_layer *L)
 {
 	const x4k_step_params &p = *B.p;
 	ph_clear(ph, PH_DENSE_UP, L);
@@ -272,7 +272,7 @@ __device__ __noinline__ void ph_dense_up(const Blk &B, Ph &ph, const x4k_step_la
 	ph.w2 = static_cast<const uint8_t *>(L->up);
 }
 
-__device__ __noinline__ void ph_dense_down(const Blk &B, Ph &ph, const x4k_step_layer *L, const uint16_t *fn)
+static __device__ __noinline__ void ph_dense_down(const Blk &B, Ph &ph, const x4k_step_layer *L, const uint16_t *fn)
 {
 	const x4k_step_params &p = *B.p;
 	ph_clear(ph, PH_DENSE_DOWN, L);
@@ -285,7 +285,7 @@ __device__ __noinline__ void ph_dense_down(const Blk &B, Ph &ph, const x4k_step_
 	ph.fn = fn;
 }
 
-__device__ __noinline__ void ph_head(const Blk &B, Ph &ph)
+static __device__ __noinline__ void ph_head(const Blk &B, Ph &ph)
 {
 	const x4k_step_params &p = *B.p;
 	ph_clear(ph, PH_HEAD, nullptr);
@@ -298,7 +298,7 @@ __device__ __noinline__ void ph_head(const Blk &B, Ph &ph)
 
 /* The down matrix m of a PH_DOWN task: format, values a row, bytes a row,
  * rows a chunk. */
-__device__ __forceinline__ void down_geom(const Blk &B, const Ph &ph, int m, int &fmt, int &kf, int &rb, int &rpc)
+static __device__ __forceinline__ void down_geom(const Blk &B, const Ph &ph, int m, int &fmt, int &kf, int &rb, int &rpc)
 {
 	const x4k_step_params &p = *B.p;
 	fmt = m < ph.ns ? p.exp_type : X4_T_IQ4_NL;
@@ -307,7 +307,7 @@ __device__ __forceinline__ void down_geom(const Blk &B, const Ph &ph, int m, int
 	rpc = max(1, min(UNIT, (SLOTB - 16) / rb));
 }
 
-__device__ __forceinline__ const uint8_t *down_rows(const Blk &B, const Ph &ph, int t, int rb)
+static __device__ __forceinline__ const uint8_t *down_rows(const Blk &B, const Ph &ph, int t, int rb)
 {
 	const int u = t / ph.nm, m = t % ph.nm;
 	const size_t c0 = (size_t)UNIT * (B.b + B.G * u);
@@ -316,13 +316,13 @@ __device__ __forceinline__ const uint8_t *down_rows(const Blk &B, const Ph &ph, 
 	return static_cast<const uint8_t *>(ph.L->down_sh) + c0 * rb;
 }
 
-__device__ __forceinline__ size_t routed_off(const Blk &B, const Ph &ph, int t)
+static __device__ __forceinline__ size_t routed_off(const Blk &B, const Ph &ph, int t)
 {
 	const int F = B.p->F_e;
 	return ((size_t)B.ssel[t / F] * F + t % F) * ph.rb;
 }
 
-__device__ __noinline__ int ph_nchunk(const Blk &B, const Ph &ph, int t)
+static __device__ __noinline__ int ph_nchunk(const Blk &B, const Ph &ph, int t)
 {
 	switch (ph.kind) {
 	case PH_QA:
@@ -347,7 +347,7 @@ __device__ __noinline__ int ph_nchunk(const Blk &B, const Ph &ph, int t)
 	}
 }
 
-__device__ __noinline__ Task ph_task(const Blk &B, const Ph &ph, int t, int c)
+static __device__ __noinline__ Task ph_task(const Blk &B, const Ph &ph, int t, int c)
 {
 	const x4k_step_params &p = *B.p;
 	switch (ph.kind) {
@@ -395,7 +395,7 @@ __device__ __noinline__ Task ph_task(const Blk &B, const Ph &ph, int t, int c)
 
 /* A chunk of one long BF16 row (values [k0, k0 + kc)) into acc; at the last
  * chunk the row's sum, on lane 0, to *out. */
-__device__ __noinline__ float rows_chunk_bf16(const uint8_t *w, int kc, const float *x, int c, int nch, float acc,
+static __device__ __noinline__ float rows_chunk_bf16(const uint8_t *w, int kc, const float *x, int c, int nch, float acc,
 					      float *out)
 {
 	if (c == 0)
@@ -412,7 +412,7 @@ __device__ __noinline__ float rows_chunk_bf16(const uint8_t *w, int kc, const fl
 /* Rows [0, nr) of a BF16 matrix of k values a row at w (one segment), each
  * . x, into out[r * ostride]: lanes in groups of g = pow2_div(k / 8), a
  * pass a row a group. */
-__device__ __noinline__ void rows_bf16(const uint8_t *w, int nr, int k, const float *x, float *out)
+static __device__ __noinline__ void rows_bf16(const uint8_t *w, int nr, int k, const float *x, float *out)
 {
 	const int n8 = k / 8, g = pow2_div(n8), rp = 32 / g, lane = lane_();
 	for (int r0 = 0; r0 < nr; r0 += rp) {
@@ -427,7 +427,7 @@ __device__ __noinline__ void rows_bf16(const uint8_t *w, int nr, int k, const fl
 /* A gate/up pair of a block format (rows of k values at p0, p1 in one
  * chunk, or one a chunk when two do not fit a slot): silu(g) * u, on lane
  * 0, to *out at the last chunk. */
-__device__ __noinline__ float pair_rows(int fmt, const uint8_t *p0, const uint8_t *p1, int k, const float *x,
+static __device__ __noinline__ float pair_rows(int fmt, const uint8_t *p0, const uint8_t *p1, int k, const float *x,
 					int c, int nch, float acc, float *out)
 {
 	const int nb = k / 32, lane = lane_();
@@ -448,7 +448,7 @@ __device__ __noinline__ float pair_rows(int fmt, const uint8_t *p0, const uint8_
 	return acc;
 }
 
-__device__ __noinline__ float comp_router(const Blk &B, const Ph &ph, int t, int c, const uint8_t *p0,
+static __device__ __noinline__ float comp_router(const Blk &B, const Ph &ph, int t, int c, const uint8_t *p0,
 					  const uint8_t *p1, float acc)
 {
 	const int D = B.p->D;
@@ -466,7 +466,7 @@ __device__ __noinline__ float comp_router(const Blk &B, const Ph &ph, int t, int
 	return acc;
 }
 
-__device__ __noinline__ void comp_down(const Blk &B, const Ph &ph, int t, int c, const uint8_t *p0)
+static __device__ __noinline__ void comp_down(const Blk &B, const Ph &ph, int t, int c, const uint8_t *p0)
 {
 	int fmt, kf, rb, rpc;
 	const int u = t / ph.nm, m = t % ph.nm;
@@ -488,7 +488,7 @@ __device__ __noinline__ void comp_down(const Blk &B, const Ph &ph, int t, int c,
 	}
 }
 
-__device__ __noinline__ float comp_dense_down(const Blk &B, const Ph &ph, int t, int c, const uint8_t *p0,
+static __device__ __noinline__ float comp_dense_down(const Blk &B, const Ph &ph, int t, int c, const uint8_t *p0,
 					      float acc)
 {
 	if (c == 0)
@@ -504,14 +504,14 @@ __device__ __noinline__ float comp_dense_down(const Blk &B, const Ph &ph, int t,
 	return acc;
 }
 
-__device__ __noinline__ void comp_head(const Blk &B, int t, const uint8_t *p0)
+static __device__ __noinline__ void comp_head(const Blk &B, int t, const uint8_t *p0)
 {
 	const float v = x4c::warp_sum(dot_q6k(p0, B.p->D / 256, B.xs, lane_()));
 	if (lane_() == 0)
 		B.p->logits[t] = v;
 }
 
-__device__ __forceinline__ float ph_compute(const Blk &B, const Ph &ph, int t, int c, const uint8_t *p0,
+static __device__ __forceinline__ float ph_compute(const Blk &B, const Ph &ph, int t, int c, const uint8_t *p0,
 					    const uint8_t *p1, float acc)
 {
 	const x4k_step_params &p = *B.p;
@@ -580,7 +580,7 @@ template <int NSLOT> __device__ __forceinline__ uint8_t *ring_slot(const Blk &B,
  * projection (Ph.fn) rides in the group of warp 0's first item of its
  * phase. */
 template <int NW, int NSLOT>
-__device__ __noinline__ RingPos ring_fill_(const Blk &B, const Ph &ph, const Ph &nx, RingPos r)
+static __device__ __noinline__ RingPos ring_fill_(const Blk &B, const Ph &ph, const Ph &nx, RingPos r)
 {
 	while (r.head - r.tail < NSLOT) {
 		const Ph *q;
@@ -605,7 +605,7 @@ __device__ __noinline__ RingPos ring_fill_(const Blk &B, const Ph &ph, const Ph 
 }
 
 template <int NW, int NSLOT>
-__device__ __forceinline__ RingPos ring_fill(const Blk &B, const Ph &ph, const Ph &nx, RingPos r)
+static __device__ __forceinline__ RingPos ring_fill(const Blk &B, const Ph &ph, const Ph &nx, RingPos r)
 {
 	return ring_fill_<NW, NSLOT>(B, ph, nx, r);
 }
@@ -614,7 +614,7 @@ __device__ __forceinline__ RingPos ring_fill(const Blk &B, const Ph &ph, const P
  * advanced already by the phase before it), keeping NSLOT items in
  * flight, nx's after ph's last; the result's nic is nx's position. */
 template <int NW, int NSLOT>
-__device__ __noinline__ RingPos ring_run(const Blk &B, const Ph &ph, const Ph &nx, RingPos r)
+static __device__ __noinline__ RingPos ring_run(const Blk &B, const Ph &ph, const Ph &nx, RingPos r)
 {
 	Cur cc = cur_start<NW>(B, ph);
 	float acc = 0.f;

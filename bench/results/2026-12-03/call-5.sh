@@ -8,10 +8,9 @@ set -u
 W=$(mktemp -d); FINAL=$OUT; trap 'tar czf "$FINAL/c5.tgz" -C "$W" .' EXIT
 t0=$SECONDS
 make -j16 CUDA_ARCH=90 all tests >"$W/build.log" 2>&1; echo "build rc=$? ($((SECONDS-t0)) s)"
-timeout 200 bash tests/gpu_model.sh >"$W/gpu_model.log" 2>&1; echo "gpu_model rc=$? ($((SECONDS-t0)) s)"
+timeout 170 bash tests/gpu_model.sh >"$W/gpu_model.log" 2>&1; echo "gpu_model rc=$? ($((SECONDS-t0)) s)"
 grep -E "^FAIL" "$W/gpu_model.log" | head; echo "$(grep -cE '^PASS' "$W/gpu_model.log") passed"
 grep -E "step_(kernels|persistent)|step_auto" "$W/gpu_model.log" | head -20
 timeout 60 bash tests/gpu_profile.sh >"$W/gpu_profile.log" 2>&1; echo "gpu_profile rc=$? ($((SECONDS-t0)) s)"
 grep -E "^FAIL" "$W/gpu_profile.log" | head -5; echo "$(grep -cE '^PASS' "$W/gpu_profile.log") passed"
 timeout 60 build/tests/gpu_kern moe_router >"$W/gpu_kern-moe_router.log" 2>&1; echo "gpu_kern moe_router rc=$? ($((SECONDS-t0)) s): $(tail -n 1 "$W/gpu_kern-moe_router.log")"
-left=$((330 - SECONDS)); [ $left -gt 20 ] && { timeout $left build/tests/gpu_trunk >"$W/gpu_trunk.log" 2>&1; echo "gpu_trunk rc=$? ($((SECONDS-t0)) s): $(grep -cE '^PASS' "$W/gpu_trunk.log") passed, $(grep -cE '^FAIL' "$W/gpu_trunk.log") failed"; grep -E "^FAIL" "$W/gpu_trunk.log" | head -5; }
