@@ -160,14 +160,7 @@ const char x4t_trunk_help[] =
 "      --gemm G            GPU products: mma (default: tensor cores on sm_80 and\n"
 "                          later, fp32-accurate: the prefill's, and the decode\n"
 "                          step's IQ4_NL ones) or fma (the CUDA-core kernels\n"
-"                          everywhere, for comparison)\n"
-"      --step S            GPU decode step: auto (default: kernels), kernels (the\n"
-"                          multi-kernel step, which --attn, --gemm, --pdl and\n"
-"                          --hc apply to), or persistent (one cooperative kernel\n"
-"                          a step, sm_80 and later: the same tokens, not yet\n"
-"                          faster; docs/step.md)\n"
-"      --step-warps N      warps a block of the persistent step: 8 or 16 (default\n"
-"                          0: the most the card's shared memory takes)\n";
+"                          everywhere, for comparison)\n";
 
 const char x4t_load_help[] =
 "      --device DEV        cpu (default) or cuda:N\n"
@@ -201,7 +194,6 @@ bool x4t_trunk_opt(int c, const char *arg, x4_trunk_opts *o)
 	static const char *const onoff[] = { "on", "off" };
 	static const char *const attn[] = { "fp32", "mma", "auto" };   /* enum x4_attn */
 	static const char *const gemm[] = { "mma", "fma" };            /* enum x4_gemm */
-	static const char *const step[] = { "auto", "kernels", "persistent" }; /* enum x4_step */
 	switch (c) {
 	case X4T_O_MAXLEN: o->max_ctx = (int)x4t_long(arg, 1, INT_MAX, "--max-model-len"); break;
 	case X4T_O_RESID: o->resid = pick("--resid", arg, resid, 3); break;
@@ -215,8 +207,6 @@ bool x4t_trunk_opt(int c, const char *arg, x4_trunk_opts *o)
 	case X4T_O_PDL: o->pdl = pick("--pdl", arg, onoff, 2) == 0; break;
 	case X4T_O_ATTN: o->attn = pick("--attn", arg, attn, 3); break;
 	case X4T_O_GEMM: o->gemm = pick("--gemm", arg, gemm, 2); break;
-	case X4T_O_STEP: o->step = pick("--step", arg, step, 3); break;
-	case X4T_O_STEP_WARPS: o->step_warps = (int)x4t_long(arg, 0, 16, "--step-warps"); break;
 	default: return false;
 	}
 	return true;
@@ -271,12 +261,6 @@ const char *x4t_gemm_name(const x4_trunk_opts *o)
 	return o->device < 0 ? "n/a" : o->gemm == X4_GEMM_FMA ? "fma" : "mma";
 }
 
-const char *x4t_step_name(int device, int step)
-{
-	return device < 0 ? "n/a" : step == X4_STEP_PERSISTENT ? "persistent" : step == X4_STEP_KERNELS
-		? "kernels" : "auto";
-}
-
 const char *x4t_kv_name(const x4_trunk_opts *o)
 {
 	if (o->kv == X4_KV_F16)
@@ -291,13 +275,11 @@ void x4t_settings(const x4_trunk_opts *o, const x4_sampler_opts *so, char *out, 
 	char chunk[16], ctx[16];
 	snprintf(chunk, sizeof chunk, "%d", o->prefill_chunk);
 	snprintf(ctx, sizeof ctx, "%d", o->max_ctx);
-	snprintf(out, cap, "hc=%s graph=%s pdl=%s attn=%s gemm=%s step=%s step_warps=%d sublayer=%s "
-		 "resid=%s prec=%s kv=%s max_ctx=%s chunk=%s threads=%d temperature=%g top_k=%d top_p=%g "
-		 "seed=%llu",
+	snprintf(out, cap, "hc=%s graph=%s pdl=%s attn=%s gemm=%s sublayer=%s resid=%s prec=%s "
+		 "kv=%s max_ctx=%s chunk=%s threads=%d temperature=%g top_k=%d top_p=%g seed=%llu",
 		 o->device < 0 ? "n/a" : o->hc_eager ? "eager" : "fused",
 		 o->device < 0 ? "n/a" : o->no_graph ? "off" : "on",
 		 o->device < 0 ? "n/a" : o->pdl ? "on" : "off", x4t_attn_name(o->device, o->attn), x4t_gemm_name(o),
-		 x4t_step_name(o->device, o->step), o->step_warps,
 		 x4t_sub_name(o->sublayer),
 		 x4_resid_name(o->resid), x4t_prec_name(o->prec), x4t_kv_name(o),
 		 o->max_ctx ? ctx : "auto", o->prefill_chunk ? chunk : "auto",

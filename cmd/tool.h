@@ -42,7 +42,7 @@ void x4t_ids(const char *s, int32_t **ids, size_t *n);
  * when c was one). */
 enum {
 	X4T_O_MAXLEN = 1000, X4T_O_RESID, X4T_O_PREC, X4T_O_KV, X4T_O_HC, X4T_O_SUB,
-	X4T_O_GRAPH, X4T_O_THREADS, X4T_O_CHUNK, X4T_O_PDL, X4T_O_ATTN, X4T_O_GEMM, X4T_O_STEP, X4T_O_STEP_WARPS,
+	X4T_O_GRAPH, X4T_O_THREADS, X4T_O_CHUNK, X4T_O_PDL, X4T_O_ATTN, X4T_O_GEMM,
 	/* the load options: they need the weights reloaded */
 	X4T_O_DEVICE, X4T_O_GPUMEM,
 	/* sampling */
@@ -60,9 +60,7 @@ enum {
 	{"prefill-chunk", required_argument, 0, X4T_O_CHUNK},            \
 	{"pdl", required_argument, 0, X4T_O_PDL},                       \
 	{"attn", required_argument, 0, X4T_O_ATTN},                     \
-	{"gemm", required_argument, 0, X4T_O_GEMM},                     \
-	{"step", required_argument, 0, X4T_O_STEP},                     \
-	{"step-warps", required_argument, 0, X4T_O_STEP_WARPS}
+	{"gemm", required_argument, 0, X4T_O_GEMM}
 #define X4T_LOAD_LONGOPTS                                               \
 	{"device", required_argument, 0, X4T_O_DEVICE},                 \
 	{"gpu-memory", required_argument, 0, X4T_O_GPUMEM}
@@ -87,8 +85,6 @@ const char *x4t_sub_name(int sub);
 const char *x4t_attn_name(int device, int attn);
 /* The prefill products' core (mma, fma; n/a on the CPU). */
 const char *x4t_gemm_name(const x4_trunk_opts *o);
-/* "persistent", "kernels" or "auto" (a resolved or requested enum x4_step), "n/a" on the CPU. */
-const char *x4t_step_name(int device, int step);
 /* What the cache holds as the trunk resolves X4_KV_DEFAULT. */
 const char *x4t_kv_name(const x4_trunk_opts *o);
 /* Every setting of a request that can change a number, as one word list

@@ -140,18 +140,11 @@ static int32_t prompt_id(long i, int n_vocab)
 
 /* ---- the runs ---- */
 
-#define MAX_PHASES 1024
-
 struct run {
 	const struct opts *o;
 	x4_trunk *t;
 	const int32_t *ids; /* [context + prefill] */
 	double *walls;      /* [steps] seconds, the unprofiled pass */
-	/* The persistent step's own phase clock over the unprofiled pass
-	 * (x4_trunk_step_phases): each phase's ns summed over the steps. */
-	int n_ph;
-	x4_step_phase ph[MAX_PHASES];
-	x4_step_phase_time ph_ns[MAX_PHASES]; /* summed over the steps */
 };
 
 /* One pass over the steps: timed by the host (p NULL), or bracketed for the
@@ -192,24 +185,8 @@ static int pass(struct run *r, x4_prof **p, x4_err *e)
 		double dt = x4_now() - t0;
 		if (p)
 			x4_prof_step_end(*p);
-		if (!rc && i >= 0 && !p) {
+		if (!rc && i >= 0 && !p)
 			r->walls[i] = dt;
-			static x4_step_phase_time ns[MAX_PHASES];
-			int n = x4_trunk_step_phases(r->t, x4_trunk_pos(r->t), r->ph, ns,
-						     MAX_PHASES, e);
-			if (n < 0)
-				rc = n;
-			for (int k = 0; k < n; k++) {
-				x4_step_phase_time *a = &r->ph_ns[k];
-				a->span += ns[k].span;
-				a->work_min += ns[k].work_min;
-				a->work_max += ns[k].work_max;
-				a->barrier += ns[k].barrier;
-				a->prologue += ns[k].prologue;
-			}
-			if (n > 0)
-				r->n_ph = n;
-		}
 	}
 	x4_sampler_free(smp);
 	return rc;
@@ -334,63 +311,6 @@ static struct row step_row(const char *name, double launches, double us, double 
 	struct row r = { "step", name, "-", launches, us, NAN, NAN, NAN, NAN, NAN, NAN };
 	r.share_pct = isfinite(us) && wall > 0 ? 100 * us / wall : NAN;
 	return r;
-}
-
-/* The persistent step's phases, from its own clock over the unprofiled
- * steps (not a profiled run): section "phase", a row a kind of phase (its
- * launches the blocks it runs in; its span a step summed over them, the
- * share of the step, min_us and max_us the least and the most busy block's
- * work, bytes and rate); sections "phase_barrier" and "phase_prologue" the
- * same rows' barrier wait (the last block's arrival to the leaving) and
- * block 0's prologue; then "phase_total", block 0's span of the step. */
-static void print_phases(const struct opts *o, const struct run *r, double ceiling,
-			 const double *unprof)
-{
-	if (!r->n_ph)
-		return;
-	double total = 0;
-	for (int i = 0; i < r->n_ph; i++)
-		total += r->ph_ns[i].span;
-	const double k = 1e3 * (double)o->steps; /* ns summed over the steps -> us a step */
-	for (int sec = 0; sec < 3; sec++)
-		for (int i = 0; i < r->n_ph; i++) {
-			bool first = true;
-			for (int j = 0; j < i; j++)
-				if (!strcmp(r->ph[j].name, r->ph[i].name))
-					first = false;
-			if (!first)
-				continue;
-			x4_step_phase_time a = { 0, 0, 0, 0, 0 };
-			double bytes = 0, n = 0;
-			for (int j = i; j < r->n_ph; j++)
-				if (!strcmp(r->ph[j].name, r->ph[i].name)) {
-					a.span += r->ph_ns[j].span;
-					a.work_min += r->ph_ns[j].work_min;
-					a.work_max += r->ph_ns[j].work_max;
-					a.barrier += r->ph_ns[j].barrier;
-					a.prologue += r->ph_ns[j].prologue;
-					bytes += (double)r->ph[j].bytes;
-					n++;
-				}
-			static const char *const secs[] = { "phase", "phase_barrier", "phase_prologue" };
-			const double ns = sec == 0 ? a.span : sec == 1 ? a.barrier : a.prologue;
-			struct row w = { secs[sec], r->ph[i].name, "step", n, ns / k,
-					 total > 0 ? 100 * ns / total : NAN, NAN, NAN, NAN, NAN, NAN };
-			if (sec == 0) {
-				w.min_us = a.work_min / k;
-				w.max_us = a.work_max / k;
-				rate(&w, bytes, ns / k, ceiling);
-			}
-			put_row(o->json, &w);
-		}
-	double bytes = 0;
-	for (int i = 0; i < r->n_ph; i++)
-		bytes += (double)r->ph[i].bytes;
-	const double us = total / 1e3 / (double)o->steps;
-	struct row w = { "phase", "phase_total", "step", (double)r->n_ph, us,
-			 unprof[0] > 0 ? 100 * us / unprof[0] : NAN, NAN, NAN, NAN, NAN, NAN };
-	rate(&w, bytes, us, ceiling);
-	put_row(o->json, &w);
 }
 
 static void print_tables(const struct opts *o, const x4_prof_result *res, double ceiling,
@@ -571,11 +491,7 @@ int main(int argc, char **argv)
 		x4t_warn("the read ceiling: %s", e.msg);
 		goto out;
 	}
-	static struct run r; /* the phase tables are large */
-	r.o = &o;
-	r.t = t;
-	r.ids = ids;
-	r.walls = walls;
+	struct run r = { &o, t, ids, walls };
 	int rc = pass(&r, NULL, &e);
 	if (!rc)
 		rc = pass(&r, &prof, &e);
@@ -629,7 +545,6 @@ int main(int argc, char **argv)
 			 unprof[0] > 0 ? 100 * (res.s.wall_us - unprof[0]) / unprof[0] : 0.0);
 	}
 	print_tables(&o, &res, ceiling, unprof);
-	print_phases(&o, &r, ceiling, unprof);
 	if (o.json)
 		print_summary(&res.s, unprof, ceiling);
 	if (!x4t_out_flush()) {

@@ -8,13 +8,12 @@
 #include "cuda_check.h"
 #include "x4_kern.h"
 #include "core_dev.cuh"
-#include "moe_dev.cuh"
 #include "pdl.cuh"
 
 #define ROUTER_WARPS 4
 #define TABLE_THREADS 512
-#define MAX_EXPERTS X4C_MOE_MAX_EXPERTS
-#define MAX_K X4C_MOE_MAX_K
+#define MAX_EXPERTS 256
+#define MAX_K 8
 
 static size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
 
@@ -147,6 +146,90 @@ router_logits_wide(int d, int n_expert, const float4 *__restrict__ x, const floa
 	}
 }
 
+/* A warp a token: lane l holds experts l, l+32, ... (g + bias in
+ * registers); each of the k rounds takes the warp's maximum in the order
+ * (g + bias descending, index ascending), so the lower index wins an exact
+ * tie, and marks it taken; NaN never wins, and when only NaN is left the
+ * lowest index not yet taken is picked: x4r_topk's rule (lib/x4_kern.h).
+ * Every lane ends a round with the same pick. */
+/* Token t's top k on one warp (the body of router_select_kernel). */
+__device__ __forceinline__ void select_token(int t, int lane, int n_expert, int k,
+					     const float *__restrict__ score,
+					     const float *__restrict__ bias, float scale, bool norm,
+					     int32_t *__restrict__ sel, float *__restrict__ wts)
+{
+	const float *g = score + (size_t)t * n_expert;
+	float gv[MAX_EXPERTS / 32], sb[MAX_EXPERTS / 32];
+	unsigned taken = 0;
+#pragma unroll
+	for (int j = 0; j < MAX_EXPERTS / 32; j++) {
+		const int ex = lane + 32 * j;
+		gv[j] = ex < n_expert ? g[ex] : 0.f;
+		sb[j] = ex < n_expert ? gv[j] + bias[ex] : 0.f;
+		if (ex >= n_expert)
+			taken |= 1u << j;
+	}
+	float sum = 0.f;
+	int pick[MAX_K];
+	float pg[MAX_K];
+#pragma unroll
+	for (int s = 0; s < MAX_K; s++) {
+		if (s >= k)
+			break;
+		int be = -1;
+		float bsb = 0.f, bg = 0.f;
+#pragma unroll
+		for (int j = 0; j < MAX_EXPERTS / 32; j++) /* ascending index in the lane */
+			if (!(taken & (1u << j)) && !isnan(sb[j]) && (be < 0 || sb[j] > bsb)) {
+				be = lane + 32 * j;
+				bsb = sb[j];
+				bg = gv[j];
+			}
+#pragma unroll
+		for (int o = 16; o; o >>= 1) {
+			const int oe = __shfl_xor_sync(0xffffffffu, be, o);
+			const float osb = __shfl_xor_sync(0xffffffffu, bsb, o);
+			const float og = __shfl_xor_sync(0xffffffffu, bg, o);
+			if (oe >= 0 && (be < 0 || osb > bsb || (osb == bsb && oe < be))) {
+				be = oe;
+				bsb = osb;
+				bg = og;
+			}
+		}
+		if (be < 0) { /* only NaN left: the lowest index not yet taken */
+			int lo = 0x7fffffff;
+#pragma unroll
+			for (int j = MAX_EXPERTS / 32 - 1; j >= 0; j--)
+				if (!(taken & (1u << j)))
+					lo = lane + 32 * j;
+#pragma unroll
+			for (int o = 16; o; o >>= 1)
+				lo = min(lo, __shfl_xor_sync(0xffffffffu, lo, o));
+			be = lo;
+			float mine = 0.f;
+#pragma unroll
+			for (int j = 0; j < MAX_EXPERTS / 32; j++)
+				if (j == (be >> 5))
+					mine = gv[j];
+			bg = __shfl_sync(0xffffffffu, mine, be & 31);
+		}
+		if ((be & 31) == lane)
+			taken |= 1u << (be >> 5);
+		pick[s] = be;
+		pg[s] = bg;
+		sum += bg;
+	}
+	if (lane != 0)
+		return;
+#pragma unroll
+	for (int s = 0; s < MAX_K; s++) {
+		if (s >= k)
+			break;
+		sel[(size_t)t * k + s] = pick[s];
+		wts[(size_t)t * k + s] = norm ? pg[s] / (sum + 1e-20f) * scale : pg[s] * scale;
+	}
+}
+
 __global__ void __launch_bounds__(ROUTER_WARPS * 32)
 router_select_kernel(int n_tok, int n_expert, int k, const float *__restrict__ score,
 		     const float *__restrict__ bias, float scale, bool norm, int32_t *__restrict__ sel,
@@ -157,7 +240,7 @@ router_select_kernel(int n_tok, int n_expert, int k, const float *__restrict__ s
 	x4p::wait();
 	if (t >= n_tok)
 		return;
-	x4c::moe_select_token(t, lane, n_expert, k, score, bias, scale, norm, sel, wts);
+	select_token(t, lane, n_expert, k, score, bias, scale, norm, sel, wts);
 }
 
 /* The route table of route_table_kernel for nr <= 32 routes on one warp
@@ -240,7 +323,7 @@ router_select_table_kernel(x4k_moe_routes r, const float *__restrict__ bias, flo
 	x4p::trigger();
 	x4p::wait();
 	if (t < r.n_tok)
-		x4c::moe_select_token(t, lane, r.n_expert, r.k, r.score, bias, scale, norm, r.sel, r.wts);
+		select_token(t, lane, r.n_expert, r.k, r.score, bias, scale, norm, r.sel, r.wts);
 	__syncthreads(); /* sel is visible to the block */
 	if (t == 0)
 		small_table(r, lane);

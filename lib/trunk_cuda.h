@@ -22,17 +22,6 @@ typedef struct x4_block_dev {
 #undef X4_FIELD_
 } x4_block_dev;
 
-/* The persistent decode step's view of a trunk (lib/cuda/step_host.c):
- * its layers from the bindings hw and the tensors' addresses d (device
- * pointers in the trunk, host pointers in the step's CPU emulator), the
- * cache [n_block][max_ctx][cw]; and its parameters over the workspace w
- * (the step's own piece, w->step_ws, included).  The clock is off. */
-void x4_step_layers(const x4_config *c, const x4_block_w *hw, const x4_block_dev *d,
-		    uint16_t *cache, int max_ctx, x4k_step_layer *out);
-void x4_step_params(const x4_config *c, const x4_block_w *hw, const x4k_step_layer *layers,
-		    const void *token_embd, const void *output_norm, const void *output, int max_ctx,
-		    const x4_cuda_ws *w, x4k_step_params *p);
-
 struct x4_trunk_cuda {
 	const x4_model *m;
 	const x4_config *c;
@@ -70,11 +59,6 @@ struct x4_trunk_cuda {
 	x4_sampler_opts graph_so;
 	bool graph_failed;       /* capture refused once: stay eager */
 	bool broken;             /* a configure failed and the old plan could not return */
-	/* The persistent decode step (kernels/step.cu), when step_on: its
-	 * layers in device memory and its parameters, made by plan(). */
-	bool step_on;
-	x4k_step_layer *step_layers;
-	x4k_step_params step_p;
 	x4_prof *prof;           /* set while profiled (lib/prof_int.h), else NULL */
 };
 #endif /* X4_HAVE_CUDA */

@@ -96,8 +96,6 @@ typedef struct x4_cuda_ws {
 	size_t exp_ws_bytes;
 	void *att_ws;        /* x4k_mla_decode_workspace_bytes(max_ctx) */
 	size_t att_ws_bytes;
-	void *step_ws;       /* x4k_step_workspace_bytes: the persistent decode step's */
-	size_t step_ws_bytes;
 	int32_t *ids;        /* [T] */
 	int *pos;            /* [1] the position of the chunk's first token */
 	float *omega;        /* [d_rope/2] YaRN frequencies */
@@ -156,19 +154,6 @@ int x4_trunk_cuda_configure(x4_trunk_cuda *t, const x4_trunk_opts *o, x4_err *e)
 void x4_trunk_cuda_stats(const x4_trunk_cuda *t, x4_trunk_stats *s);
 /* The decode attention's kernel in use: X4_ATTN_FP32 or X4_ATTN_MMA (AUTO resolved). */
 int x4_trunk_cuda_attn(const x4_trunk_cuda *t);
-/* The persistent step's phases for x4_trunk_step_phases: names and bytes
- * (ctx positions of cache), the count (all of them; at most max filled).
- * lib/cuda/step_host.c, in every build. */
-int x4_step_phase_list(const x4_model *m, int ctx, x4_step_phase *ph, int max);
-/* The weight bytes one decode step reads: every tensor of the trunk but
- * the routed experts', of which k of E, the head, one embedding row. */
-uint64_t x4_step_token_bytes(const x4_model *m);
-
-/* The decode step in use: X4_STEP_KERNELS or X4_STEP_PERSISTENT (AUTO resolved). */
-int x4_trunk_cuda_step(const x4_trunk_cuda *t);
-/* The last persistent step's phase times (ns, n of them at most): the
- * count read, 0 when the trunk does not run the persistent step. */
-int x4_trunk_cuda_step_clock(x4_trunk_cuda *t, x4_step_phase_time *ns, int n, x4_err *e);
 /* The same rows as the CPU's, in the GPU cache's fp16 bits. */
 uint64_t x4_trunk_cuda_row_bytes(const x4_trunk_cuda *t);
 int x4_trunk_cuda_cache_read(x4_trunk_cuda *t, int from, int n, void *rows, x4_err *e);
@@ -200,7 +185,6 @@ typedef struct x4_cache_key {
 	int hc_eager;       /* GPU: the eager gate (0 on the CPU, which has one path) */
 	int attn;           /* GPU: enum x4_attn, the decode attention (FP32 on the CPU) */
 	int gemm;           /* GPU: enum x4_gemm, the prefill products' core (MMA on the CPU) */
-	int step;           /* GPU: enum x4_step, the decode step that wrote a row (KERNELS on the CPU) */
 	uint64_t row_bytes; /* x4_trunk_cache_row_bytes */
 } x4_cache_key;
 void x4_trunk_cache_key(const x4_trunk *t, x4_cache_key *k);

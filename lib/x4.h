@@ -508,18 +508,6 @@ enum x4_attn { X4_ATTN_FP32 = 0, X4_ATTN_MMA = 1, X4_ATTN_AUTO = 2 };
  * and Q6_K matrix-vector products are the same either way; the CPU trunk
  * ignores it. */
 enum x4_gemm { X4_GEMM_MMA = 0, X4_GEMM_FMA = 1 };
-/* The GPU's decode step (one token's forward): PERSISTENT the whole step as
- * one cooperative kernel, one block an SM, its phases separated by grid
- * barriers (kernels/step.cu, docs/step.md: sm_80 and later, four streams,
- * the shapes it takes); KERNELS the multi-kernel step (sections 1 and 2
- * of lib/x4_kern.h: the one --attn, --gemm, --pdl and --hc eager choose
- * among).  AUTO (the default) is KERNELS: the persistent step gives the
- * same tokens but does not pay yet (0.34x the multi-kernel step's rate on
- * the H200, bench/RESULTS.md 32), so it runs only when asked for by name,
- * and is refused (X4_EINVAL) where it cannot run.  A prefill chunk is the
- * multi-kernel path's either way; the CPU trunk ignores it.
- * x4_trunk_stats.step says which runs. */
-enum x4_step { X4_STEP_AUTO = 0, X4_STEP_KERNELS = 1, X4_STEP_PERSISTENT = 2 };
 
 typedef struct x4_trunk_opts {
 	int device;        /* -1 CPU, >= 0 the CUDA ordinal */
@@ -538,9 +526,6 @@ typedef struct x4_trunk_opts {
 	                      on by default */
 	int attn;          /* GPU: enum x4_attn, the decode attention's kernel (auto by default) */
 	int gemm;          /* GPU: enum x4_gemm, the prefill products' core (mma by default) */
-	int step;          /* GPU: enum x4_step, the decode step (auto by default) */
-	int step_warps;    /* GPU: warps a block of the persistent step, 8 or 16 (0: the
-	                      largest the card's shared memory takes) */
 	bool no_reserve;   /* GPU, a load option: plan to the last byte, keeping none of
 	                      X4_MEM_RESERVE_BYTES free (x4-ceiling's hardware edge; never
 	                      for serving: the context's own growth then lands in a request) */
@@ -604,8 +589,6 @@ typedef struct x4_trunk_stats {
 	int prefill_chunk;       /* tokens per prefill chunk */
 	int attn;                /* enum x4_attn: the decode attention's kernel, FP32 or MMA
 	                            (AUTO resolved; FP32 on the CPU, which has one) */
-	int step;                /* enum x4_step: the decode step, KERNELS or PERSISTENT
-	                            (AUTO resolved; KERNELS on the CPU) */
 	char device[128];        /* "cpu" or the GPU's name */
 } x4_trunk_stats;
 int x4_trunk_get_stats(const x4_trunk *t, x4_trunk_stats *s);
@@ -984,8 +967,6 @@ enum x4_prof_class {
 	X4_PC_DENSE,       /* dense FFN blocks (6.6) */
 	X4_PC_HEAD,        /* head norm, logits, the pick (6.8) */
 	X4_PC_EMBED,       /* the embedding (6.2) */
-	X4_PC_STEP,        /* the persistent decode step: all of the above in one kernel
-	                      (its phases are the phase clock's: x4_prof_phases) */
 	X4_PC_OTHER,       /* what no operation claimed */
 	X4_PC_COUNT
 };
@@ -1005,36 +986,6 @@ bool x4_prof_have_zlib(void);
  * desc (may be NULL) receives what was read, to report beside the figure. */
 int x4_prof_ceiling(int device, int threads, double *gbps, char *desc, size_t desc_cap,
 		    x4_err *e);
-
-/* The persistent decode step's phases (docs/step.md 2), in the order it runs
- * them: the embedding, then each block's (attention: q_a/kv_a, q_b, absorb,
- * the cache, the value expansion, the output and update; an MoE block's
- * router and shared gate/up, routed gate/up, downs and update; a dense
- * block's gate/up, down and update), then the head.  bytes: the weights
- * (and, for the cache's phase, the cache rows of ctx positions) the phase
- * must read at least once.  The step times them itself: block 0 reads the
- * GPU's clock as it leaves each phase's barrier (and at the head's end), an
- * instruction a phase, so that an unprofiled step carries it. */
-typedef struct x4_step_phase {
-	int layer;          /* the trunk block, -1 for the embedding and the head */
-	const char *name;   /* "attn_qa_kva", "moe_routed_gate_up", "head", ... */
-	uint64_t bytes;
-} x4_step_phase;
-/* A phase's times in the last step (ns).  span: block 0's leaving of the
- * previous barrier (or the step's start) to its leaving of this one (the
- * head: to the last block's end); work_min, work_max: a block's arrival at
- * the barrier after that leaving, least and most over the blocks (the
- * first 256); barrier: the last arrival to block 0's leaving; prologue:
- * block 0's part of the work before its first weight (0 where none). */
-typedef struct x4_step_phase_time {
-	double span, work_min, work_max, barrier, prologue;
-} x4_step_phase_time;
-/* The phases of a step at context ctx (its cache's rows) into ph, and the
- * last step's times of each into tm (may be NULL): the count, at most max;
- * 0 when the trunk does not run the persistent step (the CPU, --step
- * kernels, a device or a model it does not take). */
-int x4_trunk_step_phases(x4_trunk *t, int ctx, x4_step_phase *ph, x4_step_phase_time *tm, int max,
-			 x4_err *e);
 
 typedef struct x4_prof x4_prof;
 /* Attach a profiler to a trunk.  GPU: CUPTI's activity records and launch

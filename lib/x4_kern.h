@@ -20,8 +20,6 @@
  *      kv_store.cu, norm.cu, embed.cu, head.cu, narrow.cu, sample.cu)
  *   3. ref: plain-C references (lib/ref/)
  *   4. the streaming-read ceiling (kernels/stream_read.cu, for lib/prof/prof_ceiling.c)
- *   5. the decode step as one persistent kernel (kernels/step.cu, step_dev.cuh,
- *      step_phases.cuh; docs/step.md)
  */
 #ifndef X4_KERN_H
 #define X4_KERN_H
@@ -97,59 +95,6 @@ typedef struct x4k_hc_cfg {
 size_t x4k_hc_workspace_bytes(const x4k_hc_cfg *c, int n_tok);
 /* The decode attention's partial max/sum/accumulators (x4k_mla_decode). */
 size_t x4k_mla_decode_workspace_bytes(int n_head, int kv_lora, int max_ctx);
-/* The persistent decode step's own workspace (section 5): the gate's and
- * the head's partials, the attention's splits, the router's logits, the
- * routed experts' products, the grid barrier's counter and the phase clock,
- * for a grid of at most X4K_STEP_MAX_BLOCKS blocks. */
-enum {
-	X4K_STEP_MAX_BLOCKS = 1024, /* blocks of the persistent grid at most */
-	X4K_STEP_MAX_SPLIT = 128,   /* attention splits at most */
-	X4K_STEP_NPART = 32,        /* floats of a block's gate partials */
-	X4K_STEP_MAX_PHASES = 1024, /* phases a step at most (the clock's slots) */
-	X4K_STEP_CLOCK_BLOCKS = 256, /* blocks whose arrivals the clock keeps */
-};
-#if defined(__CUDACC__)
-#define X4K_HD __host__ __device__
-#else
-#define X4K_HD
-#endif
-/* Byte offsets of its pieces: the barrier's counter, the partials
- * [X4K_STEP_MAX_BLOCKS][X4K_STEP_NPART], the attention's split maxima and
- * sums [X4K_STEP_MAX_SPLIT][n_head] and accumulators [..][n_head][kv_lora],
- * the router's logits [n_expert], the routed products [k][f_exp], the
- * streams' mean [D], the phase clock [X4K_STEP_MAX_PHASES]; end is the size. */
-typedef struct x4k_step_ws {
-	size_t bar, part, pm, pl, pacc, lg, hx, hbar, clock, end;
-} x4k_step_ws;
-static inline X4K_HD size_t x4k_step_ws_put_(size_t *at, size_t n)
-{
-	size_t o = *at;
-	*at += (n + 255) & ~(size_t)255;
-	return o;
-}
-static inline X4K_HD x4k_step_ws x4k_step_ws_of(int n_head, int kv_lora, int n_expert, int k,
-						 int f_exp, int D)
-{
-	x4k_step_ws w;
-	size_t at = 0, f = sizeof(float), nh = (size_t)(n_head > 0 ? n_head : 1);
-	w.bar = x4k_step_ws_put_(&at, 256);
-	w.part = x4k_step_ws_put_(&at, f * X4K_STEP_MAX_BLOCKS * X4K_STEP_NPART);
-	w.pm = x4k_step_ws_put_(&at, f * X4K_STEP_MAX_SPLIT * nh);
-	w.pl = x4k_step_ws_put_(&at, f * X4K_STEP_MAX_SPLIT * nh);
-	w.pacc = x4k_step_ws_put_(&at, f * X4K_STEP_MAX_SPLIT * nh * (size_t)(kv_lora > 0 ? kv_lora : 1));
-	w.lg = x4k_step_ws_put_(&at, f * (size_t)(n_expert > 0 ? n_expert : 1));
-	w.hx = x4k_step_ws_put_(&at, f * (size_t)(k > 0 ? k : 1) * (size_t)(f_exp > 0 ? f_exp : 1));
-	w.hbar = x4k_step_ws_put_(&at, f * (size_t)(D > 0 ? D : 1));
-	w.clock = x4k_step_ws_put_(&at, sizeof(unsigned long long) * X4K_STEP_MAX_PHASES *
-					     (2 + X4K_STEP_CLOCK_BLOCKS));
-	w.end = at;
-	return w;
-}
-static inline size_t x4k_step_workspace_bytes(int n_head, int kv_lora, int n_expert, int k,
-					      int f_exp, int D)
-{
-	return x4k_step_ws_of(n_head, kv_lora, n_expert, k, f_exp, D).end;
-}
 
 #ifdef X4K_HAVE_CUDA
 /* Programmatic dependent launch for the decode step's kernels (compute
@@ -545,74 +490,6 @@ int x4r_moe_experts(int type, int n_tok, int d, int f, int n_expert, int k,
  * words XOR to a value a buffer of one repeated byte never gives. */
 int x4k_stream_read(const void *p, size_t n16, int blocks, unsigned long long *sink,
 		    cudaStream_t s, x4_err *e);
-#endif
-
-/* ============ 5. the decode step as one persistent kernel ============ */
-/* One token's whole forward pass (docs/forward.md 4-8, to the logits) as one
- * cooperative launch of one block an SM, its phases separated by grid
- * barriers (docs/step.md): the same functions as the multi-kernel step of
- * sections 1 and 2, in the same widths (docs/numerics.md 1), each
- * reduction in a fixed order (the same bits every run), but not the
- * multi-kernel step's bits.  The pick (x4k_argmax, x4k_sample) runs after
- * it, as after the multi-kernel step. */
-
-/* A trunk block's tensors as the step reads them (device pointers; the
- * half a block does not have is NULL). */
-typedef struct x4k_step_layer {
-	const uint16_t *hc_fn[2];        /* [sublayer] BF16 [n_hc*(2+n_hc)][n_hc*D] */
-	const float *hc_base[2], *hc_scale[2];
-	const float *norm[2];            /* attn_norm, ffn_norm [D] */
-	const uint16_t *q_a, *q_b, *kv_a, *k_b, *v_b, *o; /* BF16 */
-	const float *q_a_norm, *kv_a_norm;
-	const void *gate, *up, *down;    /* the dense FFN (IQ4_NL), or NULL */
-	const float *router, *router_bias; /* F32 [E][D], [E] */
-	const void *gate_exps, *up_exps, *down_exps; /* exp_type */
-	const void *gate_sh, *up_sh, *down_sh;       /* IQ4_NL, or NULL */
-	uint16_t *cache;                 /* this block's [max_ctx][kv_lora + d_rope] fp16 */
-} x4k_step_layer;
-
-/* Everything one step reads and writes (device pointers). */
-typedef struct x4k_step_params {
-	int D, n_hc, n_layer, q_lora, kv_lora, d_nope, d_rope, n_head, d_v, n_vocab;
-	int F_d, n_expert, k, F_e, F_sh, max_ctx;
-	int exp_type;                    /* X4_T_IQ4_NL or X4_T_Q8_0 */
-	int expert_norm;
-	float eps, kq_scale, expert_scale;
-	x4k_hc_cfg hc;
-	const x4k_step_layer *layers;    /* [n_layer], in device memory */
-	const uint16_t *token_embd;      /* BF16 [n_vocab][D] */
-	const float *output_norm;        /* [D] */
-	const void *output;              /* Q6_K [n_vocab][D] */
-	const int32_t *ids;              /* [1] the token */
-	const int *pos;                  /* [1] its position */
-	int warps;                       /* warps a block: 8 or 16 (0: the most that fit) */
-	const float *omega;              /* [d_rope / 2] YaRN frequencies */
-	/* activations: the trunk's workspace (lib/trunk_int.h x4_cuda_ws) */
-	float *H, *cq, *kva, *q, *qt, *o, *h, *logits;
-	void *ws;                        /* x4k_step_workspace_bytes */
-	/* The phase clock (x4-profile), globaltimer ns: NULL, or [0, MAX) block
-	 * 0's leaving of each phase's barrier (slot 0 the step's start), then
-	 * [MAX][X4K_STEP_CLOCK_BLOCKS] each block's arrival at it (the head's
-	 * end for the last), then [MAX] block 0's end of each phase's prologue
-	 * (0 where a phase has none), MAX = X4K_STEP_MAX_PHASES. */
-	unsigned long long *clock;
-} x4k_step_params;
-
-#ifdef X4K_HAVE_CUDA
-/* Can the step run here: a device of sm_80 or later that takes a
- * cooperative grid of one block an SM with the step's shared memory, and
- * a model the step takes (n_hc 4, the widths in whole blocks, the shapes
- * that fit its buffers): 0, or X4_EINVAL with the reason (the trunk then
- * runs the multi-kernel step). */
-int x4k_step_check(const x4k_step_params *p, x4_err *e);
-/* Enqueue one step (a memset of the barrier and one cooperative launch);
- * the logits land in p->logits.  x4k_step_check first. */
-int x4k_step(const x4k_step_params *p, cudaStream_t s, x4_err *e);
-/* The grid's blocks on this device (0 when the step cannot run here), and
- * the phases of a step for a model of n_layer blocks of which n_dense are
- * dense (the clock's slots). */
-int x4k_step_blocks(void);
-int x4k_step_phases(int n_layer, int n_dense);
 #endif
 
 #ifdef __cplusplus

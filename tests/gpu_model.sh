@@ -208,22 +208,19 @@ PY
 		"$tmp/$p.gpu1.json" "$p"
 }
 
-# $1 preset name, $2 model folder, $3 prompt, $4 an option (attn, gemm,
-# step), $5 its value, $6.. more options: --$4 $5 against the CPU references
-# model_checks left ($tmp/$1.f64.*, $tmp/$1.f32.*), the same bits twice, and
-# for attn and step the device pick's tokens, graphed and eager.  A device
-# below sm_80 refuses --attn mma and --step persistent: one SKIP line.  Check
-# names $1.$4_$5.*.  The multi-kernel step's options (attn, gemm) run with
-# --step kernels, where their decode kernels are.
+# $1 preset name, $2 model folder, $3 prompt, $4 an option (attn, gemm), $5
+# its value: --$4 $5 against the CPU references model_checks left
+# ($tmp/$1.f64.*, $tmp/$1.f32.*), the same bits twice, and for attn the device
+# pick's tokens, graphed and eager.  A device below sm_80 refuses --attn mma:
+# one SKIP line.  Check names $1.$4_$5.*.
 option_checks() {
 	local p=$1 m=$2 prompt=$3 opt=$4 a=$5 rc
-	shift 5
 	local n="$p.${opt}_$a" f="$tmp/$p.$opt.$a"
-	local common=(-m "$m" -p "$prompt" -n 64 --ignore-eos --json "--$opt" "$a" "$@")
+	local common=(-m "$m" -p "$prompt" -n 64 --ignore-eos --json "--$opt" "$a")
 	for arm in 1 2; do
 		"$RUN" "${common[@]}" --device "$DEV" --dump-logits "$f$arm.npy" \
 			>"$f$arm.json" 2>"$f$arm.err"; rc=$?
-		if [ $rc -ne 0 ] && grep -q "needs sm_80 or \(newer\|later\)" "$f$arm.err"; then
+		if [ $rc -ne 0 ] && grep -q "needs sm_80 or newer" "$f$arm.err"; then
 			echo "SKIP $n: $(head -c 200 "$f$arm.err")"
 			return 0
 		fi
@@ -238,7 +235,7 @@ option_checks() {
 		"$tmp/$p.f32.npy" "$tmp/$p.f32.json" "$TOL_F32"
 	cmp -s "$f"1.npy "$f"2.npy
 	check "$n.repeat_bit_identical" $? "two runs with --$opt $a wrote different logits"
-	[ "$opt" = attn ] || [ "$opt" = step ] || return 0
+	[ "$opt" = attn ] || return 0
 	# the device pick, graphed and eager: the logits path's tokens
 	"$RUN" "${common[@]}" --device "$DEV" >"$f.pick.json" 2>/dev/null
 	"$RUN" "${common[@]}" --device "$DEV" --graph off >"$f.eager.json" 2>/dev/null
@@ -348,15 +345,7 @@ EOF
 
 t0=$SECONDS
 synth tiny --preset tiny --seed 1 && model_checks tiny "$tmp/tiny" "$long"
-[ -s "$tmp/tiny.f32.npy" ] && [ -s "$tmp/tiny.f64.npy" ] && option_checks tiny "$tmp/tiny" "$long" gemm fma --step kernels
-# The decode step's two forms by name (docs/step.md): the multi-kernel step
-# (the default's) and the persistent one (sm_80 and later).
-if [ -s "$tmp/tiny.f32.npy" ] && [ -s "$tmp/tiny.f64.npy" ]; then
-	option_checks tiny "$tmp/tiny" "$long" step kernels
-	option_checks tiny "$tmp/tiny" "$long" step persistent
-	grep -q '"step":"kernels"' "$tmp/tiny.pick.json"
-	check tiny.step_auto_is_kernels $? "the default run reports $(grep -o '"step":"[a-z]*"' "$tmp/tiny.pick.json")"
-fi
+[ -s "$tmp/tiny.f32.npy" ] && [ -s "$tmp/tiny.f64.npy" ] && option_checks tiny "$tmp/tiny" "$long" gemm fma
 synth loud --preset tiny --seed 1 --loud 2:0:60 && walk_checks loud "$tmp/loud"
 # The second expert format: the routed experts as Q8_0 (kernels/moe_experts.cu's
 # other instantiation), against the CPU trunks as above.
@@ -443,17 +432,15 @@ fi
 rm -rf "$tmp/tiny" "$tmp/loud"
 synth small --preset small --seed 1 && model_checks small "$tmp/small" "$short"
 if [ -s "$tmp/small.f32.npy" ] && [ -s "$tmp/small.f64.npy" ]; then
-	option_checks small "$tmp/small" "$short" attn fp32 --step kernels
-	option_checks small "$tmp/small" "$short" attn mma --step kernels
-	option_checks small "$tmp/small" "$short" step kernels
-	option_checks small "$tmp/small" "$short" step persistent
+	option_checks small "$tmp/small" "$short" attn fp32
+	option_checks small "$tmp/small" "$short" attn mma
 	# the default (auto) takes the tensor-core attention on sm_80 and later
 	if grep -q '"attn":"mma"' "$tmp/small.attn.mma1.json" 2>/dev/null; then
 		grep -q '"attn":"mma"' "$tmp/small.pick.json"
 		check small.attn_auto_is_mma $? "the default run reports $(grep -o '"attn":"[a-z0-9]*"' "$tmp/small.pick.json")"
 	fi
 fi
-[ -s "$tmp/small.f32.npy" ] && [ -s "$tmp/small.f64.npy" ] && option_checks small "$tmp/small" "$short" gemm fma --step kernels
+[ -s "$tmp/small.f32.npy" ] && [ -s "$tmp/small.f64.npy" ] && option_checks small "$tmp/small" "$short" gemm fma
 # A short context makes the prefill chunk short (16 here), and a 4-token
 # prompt then runs the split gate (up to 8 tokens, D 3584) in the workspace
 # sized for the chunk: it must fit, and give the default context's tokens.

@@ -78,37 +78,10 @@ EOF
 	check "profile.$name.checks" "$([ "$msg" = ok ]; echo $?)" "$msg"
 }
 
-# the multi-kernel step's kernels and classes (--step kernels), and the
-# persistent step's one kernel with its own phase clock (docs/step.md)
-profile graphed --context 64 --steps $STEPS --step kernels
-profile eager --context 64 --steps $STEPS --graph off --step kernels
+profile graphed --context 64 --steps $STEPS
+profile eager --context 64 --steps $STEPS --graph off
 profile hc_eager --context 64 --steps $STEPS --hc eager
 profile prefill --prefill 100 --steps 2
-profile persistent --context 64 --steps $STEPS --step persistent
-
-# The persistent step (--step persistent): one class, "step", and
-# its phases from its own clock: each kind of phase a row, the embedding
-# and the head once, the blocks' phases a block each, shares adding to 100,
-# block 0's span of the step within the host's step.
-msg=$(python3 -c 'import json, sys
-lines = [json.loads(l) for l in open(sys.argv[1])]
-if sys.argv[2] == "cpu":
-    print("ok"); sys.exit(0)
-cls = {l["name"] for l in lines if l["section"] == "class"}
-assert "step" in cls and not cls & {"hc_gate", "attention", "routed_experts"}, sorted(cls)
-ph = {l["name"]: l for l in lines if l["section"] == "phase"}
-need = {"embed", "attn_qa_kva", "attn_qb", "attn_absorb", "attn_cache", "attn_expand",
-        "attn_out_update", "moe_router_shared", "moe_routed_gate_up", "moe_down_update",
-        "dense_gate_up", "dense_down_update", "head", "phase_total"}
-assert need <= set(ph), sorted(set(ph))
-assert ph["embed"]["launches_step"] == 1 and ph["head"]["launches_step"] == 1, ph["head"]
-tot = sum(l["share_pct"] for n, l in ph.items() if n != "phase_total")
-assert abs(tot - 100) < 0.5, ("phase shares", tot)
-s = lines[-1]
-assert 0 < ph["phase_total"]["us_step"] <= s["unprofiled_us"], (ph["phase_total"], s["unprofiled_us"])
-assert all(l["us_step"] > 0 for l in ph.values()), [n for n, l in ph.items() if not l["us_step"] > 0]
-print("ok")' "$tmp/persistent.jsonl" "$DEV" 2>&1)
-check profile.persistent_phases "$([ "$msg" = ok ]; echo $?)" "$msg"
 
 # Graphed and eager name the same kernels, as many a step.
 msg=$(python3 -c 'import json, sys

@@ -43,8 +43,11 @@ done
 if [ -z "$(make -s --no-print-directory print-nvcc 2>/dev/null)" ]; then
 	skip=$((skip + 1)); echo "SKIP cuda: no nvcc, the kernels were not compiled"
 else
-	n=$(ls kernels/*.cu 2>/dev/null | wc -l)
-	ok=$(ls build/kernels/*.o 2>/dev/null | wc -l)
+	n=0 ok=0 # each kernels/X.cu against its build/kernels/X.o (a stale object of a removed file counts for nothing)
+	for cu in kernels/*.cu; do
+		[ -e "$cu" ] || continue
+		n=$((n + 1)); [ -e "build/kernels/$(basename "$cu" .cu).o" ] && ok=$((ok + 1))
+	done
 	if [ "$n" -eq "$ok" ]; then pass=$((pass + 1)); echo "PASS cuda: $n kernels compiled"
 	else fail=$((fail + 1)); echo "FAIL cuda: $ok of $n kernels compiled"; fi
 fi

@@ -12,7 +12,6 @@
 #define __device__
 #define __host__
 #define __forceinline__ inline
-#define __noinline__ __attribute__((noinline))
 #define __launch_bounds__(...)
 #define __shared__ static
 #define __align__(n) __attribute__((aligned(n)))
@@ -81,7 +80,6 @@ int __shfl_sync(unsigned mask, int v, int src);
 
 /* the runtime API, enough to parse the launchers */
 typedef void *cudaStream_t;
-typedef void *cudaGraphExec_t;
 enum cudaError_t { cudaSuccess = 0, cudaErrorInvalidValue = 1 };
 enum cudaDeviceAttr { cudaDevAttrComputeCapabilityMajor, cudaDevAttrComputeCapabilityMinor,
 		      cudaDevAttrMaxSharedMemoryPerBlockOptin };

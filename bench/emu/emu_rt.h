@@ -22,11 +22,8 @@ struct emu_copy {
 };
 struct emu_fiber {
 	ucontext_t ctx;
-	void *sp; /* the saved stack pointer (x86-64's switch) */
 	uint3 tid;
-	int warp, lane, block; /* warp: its index over the grid in run_grid */
-	int wait_op;           /* what it waits at: -1 a barrier, -2 a spin, else a warp op */
-	int *wait_gen, wait_at; /* run_grid: resumed only once *wait_gen != wait_at */
+	int warp, lane;
 	bool done;
 	std::vector<emu_copy> open;
 	std::deque<std::vector<emu_copy>> groups;
@@ -50,54 +47,25 @@ static std::function<void()> body;
 static long n_collectives;
 
 uint3 emu_tid() { return emu_cur->tid; }
-/* Switching fibers: on x86-64 a switch of the callee-saved registers and
- * the stack (swapcontext's signal-mask system call made the switches most
- * of the emulator's time); elsewhere ucontext. */
-#if defined(__x86_64__)
-extern "C" void emu_swap(void **save_sp, void *load_sp);
-asm(".text\n.globl emu_swap\n.type emu_swap,@function\nemu_swap:\n"
-    "pushq %rbp\npushq %rbx\npushq %r12\npushq %r13\npushq %r14\npushq %r15\n"
-    "movq %rsp, (%rdi)\nmovq %rsi, %rsp\n"
-    "popq %r15\npopq %r14\npopq %r13\npopq %r12\npopq %rbx\npopq %rbp\nret\n"
-    ".size emu_swap, .-emu_swap\n"
-    ".globl emu_fiber_start\n.type emu_fiber_start,@function\nemu_fiber_start:\n"
-    "call emu_fiber_main\nud2\n.size emu_fiber_start, .-emu_fiber_start\n");
-static void *sched_sp;
-static void yield_() { emu_swap(&emu_cur->sp, sched_sp); }
-#else
 static void yield_() { swapcontext(&emu_cur->ctx, &sched_ctx); }
-#endif
 static void die(const char *m)
 {
 	fprintf(stderr, "emu: %s (block %u,%u thread %u)\n", m, blockIdx.x, blockIdx.y, emu_cur ? emu_cur->tid.x : 0);
 	abort();
 }
 
-/* run_grid's blocks: each its barrier and its shared memory */
-static bool grid_mode;
-static std::vector<int> blk_arrived, blk_gen;
-static std::vector<std::vector<unsigned char>> blk_smem;
-static std::vector<uint3> blk_idx;
-
 void __syncthreads()
 {
-	int &arrived = grid_mode ? blk_arrived[emu_cur->block] : bar_arrived;
-	int &gen = grid_mode ? blk_gen[emu_cur->block] : bar_gen;
-	int g = gen;
-	if (++arrived == n_threads) {
-		arrived = 0;
-		gen++;
+	int g = bar_gen;
+	if (++bar_arrived == n_threads) {
+		bar_arrived = 0;
+		bar_gen++;
 		progress++;
 		return;
 	}
-	emu_cur->wait_op = -1;
-	emu_cur->wait_gen = &gen;
-	emu_cur->wait_at = g;
-	while (gen == g)
+	while (bar_gen == g)
 		yield_();
-	emu_cur->wait_gen = NULL;
 }
-
 
 typedef void (*compute_fn)(emu_warp &);
 static void warp_op(int op, const uint32_t *in, int nin, uint32_t *out, int nout, compute_fn f)
@@ -116,12 +84,8 @@ static void warp_op(int op, const uint32_t *in, int nin, uint32_t *out, int nout
 		progress++;
 		n_collectives++;
 	} else {
-		emu_cur->wait_op = op;
-		emu_cur->wait_gen = &w.gen;
-		emu_cur->wait_at = g;
 		while (w.gen == g)
 			yield_();
-		emu_cur->wait_gen = NULL;
 	}
 	memcpy(out, w.out[l], nout * 4);
 }
@@ -367,45 +331,6 @@ static void entry()
 	emu_cur->done = true;
 }
 
-#if defined(__x86_64__)
-/* a fiber's first frame: the body, then back to the scheduler for good */
-extern "C" void emu_fiber_main()
-{
-	entry();
-	void *dead;
-	emu_swap(&dead, sched_sp);
-}
-extern "C" void emu_fiber_start();
-#endif
-
-/* f ready to start at entry() on its stack */
-static void fiber_init(emu_fiber &f)
-{
-#if defined(__x86_64__)
-	uintptr_t top = ((uintptr_t)f.stack.data() + f.stack.size()) & ~(uintptr_t)15;
-	void **sp = (void **)top;
-	*--sp = (void *)emu_fiber_start; /* emu_swap's ret lands here with top 16-aligned */
-	for (int i = 0; i < 6; i++)
-		*--sp = NULL; /* rbp rbx r12 r13 r14 r15 */
-	f.sp = sp;
-#else
-	getcontext(&f.ctx);
-	f.ctx.uc_stack.ss_sp = f.stack.data();
-	f.ctx.uc_stack.ss_size = f.stack.size();
-	f.ctx.uc_link = &sched_ctx;
-	makecontext(&f.ctx, entry, 0);
-#endif
-}
-
-static void fiber_resume(emu_fiber &f)
-{
-#if defined(__x86_64__)
-	emu_swap(&sched_sp, f.sp);
-#else
-	swapcontext(&sched_ctx, &f.ctx);
-#endif
-}
-
 /* one block of the grid, its threads on fibers; sched 0: in order, else a
  * random order every round from that seed */
 static void run_block(dim3 grid, dim3 block, uint3 bid, unsigned sched)
@@ -426,7 +351,11 @@ static void run_block(dim3 grid, dim3 block, uint3 bid, unsigned sched)
 		f.lane = i % 32;
 		f.done = false;
 		f.stack.resize(256 << 10);
-		fiber_init(f);
+		getcontext(&f.ctx);
+		f.ctx.uc_stack.ss_sp = f.stack.data();
+		f.ctx.uc_stack.ss_size = f.stack.size();
+		f.ctx.uc_link = &sched_ctx;
+		makecontext(&f.ctx, entry, 0);
 	}
 	std::mt19937 rng(sched);
 	std::vector<int> order(n_threads);
@@ -442,7 +371,7 @@ static void run_block(dim3 grid, dim3 block, uint3 bid, unsigned sched)
 			if (f.done)
 				continue;
 			emu_cur = &f;
-			fiber_resume(f);
+			swapcontext(&sched_ctx, &f.ctx);
 			if (f.done) {
 				progress++;
 				for (auto &g : f.groups)
@@ -457,131 +386,6 @@ static void run_block(dim3 grid, dim3 block, uint3 bid, unsigned sched)
 			die("deadlock: no thread can move");
 	}
 	emu_cur = NULL;
-}
-
-/* the persistent kernels' hooks (kernels/step_dev.cuh under X4_EMU): a
- * yield in the barrier's spin, an 8-byte cp.async landing at issue, and
- * the block's shared memory */
-void emu_yield()
-{
-	emu_cur->wait_op = -2;
-	yield_();
-}
-void emu_cp_async_any(void *dst, const void *src, int n) { memcpy(dst, src, n); }
-/* A debugging stop after a persistent kernel's phase: the fiber ends there
- * (its copies have all landed: emu_step runs them at issue). */
-int emu_stop_phase = -1;
-void emu_fiber_exit()
-{
-	emu_cur->open.clear();
-	emu_cur->groups.clear();
-	emu_cur->done = true;
-#if defined(__x86_64__)
-	void *dead;
-	emu_swap(&dead, sched_sp);
-#else
-	setcontext(&sched_ctx);
-#endif
-}
-void emu_arrive(unsigned *p)
-{
-	__atomic_fetch_add(p, 1u, __ATOMIC_SEQ_CST);
-	progress++;
-}
-unsigned char *emu_block_smem() { return emu_smem; }
-
-/* Every block of the grid at once, its threads on fibers (a persistent
- * kernel's grid barrier needs them all live): blocks of `block` threads,
- * smem bytes of shared memory each, poisoned; sched as run_block's. */
-static void run_grid(dim3 grid, dim3 block, size_t smem, unsigned sched, size_t stack = 128 << 10)
-{
-	const int nb = grid.x * grid.y * grid.z, nt = block.x * block.y * block.z, nw = (nt + 31) / 32;
-	gridDim = grid;
-	blockDim = block;
-	n_threads = nt;
-	grid_mode = true;
-	blk_arrived.assign(nb, 0);
-	blk_gen.assign(nb, 0);
-	blk_smem.assign(nb, std::vector<unsigned char>(smem + 16, 0xff));
-	blk_idx.resize(nb);
-	for (int b = 0; b < nb; b++)
-		blk_idx[b] = uint3{ (unsigned)(b % grid.x), (unsigned)(b / grid.x % grid.y), (unsigned)(b / (grid.x * grid.y)) };
-	fibers.resize((size_t)nb * nt); /* kept from launch to launch: the stacks are reused */
-	warps.assign((size_t)nb * nw, emu_warp{});
-	for (int b = 0; b < nb; b++)
-		for (int i = 0; i < nt; i++) {
-			emu_fiber &f = fibers[(size_t)b * nt + i];
-			f.tid = uint3{ (unsigned)i, 0, 0 };
-			f.block = b;
-			f.warp = b * nw + i / 32;
-			f.lane = i % 32;
-			f.done = false;
-			f.wait_op = 0;
-			f.wait_gen = NULL;
-			f.open.clear();
-			f.groups.clear();
-			if (f.stack.size() != stack)
-				f.stack.resize(stack);
-			fiber_init(f);
-		}
-	std::mt19937 rng(sched);
-	std::vector<int> order(fibers.size());
-	for (size_t i = 0; i < order.size(); i++)
-		order[i] = (int)i;
-	for (;;) {
-		long p0 = progress;
-		int live = 0;
-		if (sched)
-			std::shuffle(order.begin(), order.end(), rng);
-		for (int i : order) {
-			emu_fiber &f = fibers[i];
-			if (f.done)
-				continue;
-			if (f.wait_gen && *f.wait_gen == f.wait_at) { /* still blocked: no switch */
-				live++;
-				continue;
-			}
-			emu_cur = &f;
-			blockIdx = blk_idx[f.block];
-			emu_smem = (unsigned char *)(((uintptr_t)blk_smem[f.block].data() + 15) & ~(uintptr_t)15);
-			SMEM = smem;
-			fiber_resume(f);
-			if (f.done) {
-				progress++;
-				for (auto &g : f.groups)
-					if (!g.empty())
-						die("a thread exited with copies outstanding");
-			} else
-				live++;
-		}
-		if (!live)
-			break;
-		if (progress == p0) {
-			for (int b = 0; b < nb; b++) {
-				int n_bar = 0, n_spin = 0, n_op = 0, n_done = 0, op = 0, w0 = -1;
-				for (int i = 0; i < nt; i++) {
-					const emu_fiber &f = fibers[(size_t)b * nt + i];
-					if (f.done)
-						n_done++;
-					else if (f.wait_op == -1)
-						n_bar++;
-					else if (f.wait_op == -2)
-						n_spin++;
-					else {
-						n_op++;
-						op = f.wait_op;
-						if (w0 < 0)
-							w0 = i / 32;
-					}
-				}
-				fprintf(stderr, "emu: block %d: %d at a barrier, %d spinning, %d in warp op %d (first warp %d), %d done\n",
-					b, n_bar, n_spin, n_op, op, w0, n_done);
-			}
-			die("deadlock: no thread can move");
-		}
-	}
-	emu_cur = NULL;
-	grid_mode = false;
 }
 
 /* ---------------- the checks ---------------- */

@@ -7,7 +7,6 @@ here = os.path.dirname(os.path.abspath(__file__))
 src = sys.argv[1]
 out = sys.argv[2] if len(sys.argv) > 2 else os.path.join(here, 'kern')
 names = ['core_dev.cuh', 'pdl.cuh', 'mma_dev.cuh', 'mla_attn.cuh', 'mla_mma_dev.cuh', 'mla_mma.cuh',
-         'moe_dev.cuh', 'step_dev.cuh', 'step_phases.cuh', 'step_tasks.cuh', 'step_kernel.cuh',
          'mla_prefill_mma.cuh', 'quant_dev.cuh', 'gemm_mma.cuh']
 # the .cu files' kernels (and what they call) that run on the gemm core
 units = {'gemm_quant.cu': ['gemm_mma_kernel'], 'moe_experts.cu': ['tile_of', 'moe_gu_mma', 'moe_down_mma']}

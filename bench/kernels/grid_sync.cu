@@ -1,12 +1,12 @@
 /*
  * grid_sync.cu - the kernel lab's grid barriers (bench/kernels/lab.h): what
- * one barrier of the persistent decode step (kernels/step_dev.cuh) costs
+ * one barrier of a persistent decode step (branch step-persistent) costs
  * on a cooperative grid of one block of 512 threads an SM, and the ways to
  * build it, N barriers in a row with nothing between (bytes 0; time_us is
  * a barrier's, the launch's time over N).
  *
  *   counter_acquire  a release add on one counter, every block's thread 0
- *                    spinning on an acquire load of it (the step's first)
+ *                    spinning on an acquire load of it (the step's)
  *   counter_relaxed  the same add, the spin on a relaxed load, one acquire
  *                    fence after it
  *   counter_sleep    counter_relaxed with a 64 ns back-off in the spin

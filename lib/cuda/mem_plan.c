@@ -63,9 +63,6 @@ size_t x4_cuda_ws_layout(const x4_config *c, int max_ctx, int T, char *base, x4_
 	w->exp_ws = (void *)carve(&at, w->exp_ws_bytes);
 	w->att_ws_bytes = x4k_mla_decode_workspace_bytes(c->n_head, c->kv_lora, max_ctx);
 	w->att_ws = (void *)carve(&at, w->att_ws_bytes);
-	w->step_ws_bytes = x4k_step_workspace_bytes(c->n_head, c->kv_lora, c->n_expert, k,
-						    c->n_ff_exp, c->n_embd);
-	w->step_ws = (void *)carve(&at, w->step_ws_bytes);
 	w->ids = (int32_t *)carve(&at, sizeof(int32_t) * Tn);
 	w->pos = (int *)carve(&at, sizeof(int));
 	return (size_t)(carve(&at, 0) - start);

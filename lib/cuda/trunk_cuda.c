@@ -12,8 +12,6 @@
  */
 #include "trunk_cuda.h"
 
-#include <math.h>
-
 #ifdef X4_HAVE_CUDA
 
 #define MIB (1024.0 * 1024.0)
@@ -283,45 +281,6 @@ static int pick_chunk(x4_trunk_cuda *t, x4_err *e)
 			  floor_t, mib(need));
 }
 
-/* The persistent decode step where the options ask for it (x4_trunk_opts.step
- * PERSISTENT: AUTO is the multi-kernel step while the persistent one does
- * not pay, x4.h) and it runs here: its layers uploaded beside the
- * workspace, its parameters over the trunk's cache and workspace; refused
- * with the reason where it cannot run. */
-static int plan_step(x4_trunk_cuda *t, x4_err *e)
-{
-	const x4_config *c = t->c;
-	t->step_on = false;
-	int want = t->o.step;
-	if (want != X4_STEP_PERSISTENT)
-		return 0;
-	size_t n = sizeof(x4k_step_layer) * (size_t)c->n_block;
-	x4k_step_layer *host = x4_alloc(n, "the persistent step's layers", e);
-	if (!host)
-		return X4_ENOMEM;
-	x4_step_layers(c, t->m->blk, t->blk, t->cache, t->max_ctx, host);
-	int rc = x4_dev_alloc((void **)&t->step_layers, n, "the persistent step's layers", e);
-	if (!rc)
-		rc = x4_cuda_check(cudaMemcpy(t->step_layers, host, n, cudaMemcpyHostToDevice),
-				   "upload the persistent step's layers", e);
-	free(host);
-	if (rc)
-		return rc;
-	x4_step_params(c, t->m->blk, t->step_layers, t->token_embd, t->output_norm, t->output,
-		       t->max_ctx, &t->w, &t->step_p);
-	/* the phase clock, always on: one store a phase by one thread */
-	const x4k_step_ws sw = x4k_step_ws_of(c->n_head, c->kv_lora, c->n_expert, c->n_expert_used,
-					      c->n_ff_exp, c->n_embd);
-	t->step_p.clock = (unsigned long long *)((char *)t->w.step_ws + sw.clock);
-	t->step_p.warps = t->o.step_warps;
-	x4_err ce = { 0 };
-	if (x4k_step_check(&t->step_p, &ce))
-		return x4_err_set(e, X4_EINVAL, "--step persistent cannot run on %s: %s (use "
-				  "--step kernels or auto)", t->dev_name, ce.msg);
-	t->step_on = true;
-	return 0;
-}
-
 /* What the request options decide, on weights already resident: the
  * cache for max_ctx, the prefill chunk and its workspaces, the pinned
  * staging, the narrow residual's host copy.  unplan() undoes it. */
@@ -354,9 +313,6 @@ static int plan(x4_trunk_cuda *t, x4_err *e)
 		    "allocate pinned host memory for the position", e);
 	X4_CUDA_TRY(cudaStreamSynchronize(t->s), "prepare the trunk on the GPU", e);
 
-	if ((rc = plan_step(t, e)))
-		return rc;
-
 	size_t D = (size_t)c->n_embd, hc = (size_t)c->n_hc;
 	if (t->o.resid != X4_RESID_F32 &&
 	    !(t->narrow_host = x4_alloc(sizeof(float) * (size_t)t->chunk * hc * D,
@@ -373,9 +329,6 @@ static void unplan(x4_trunk_cuda *t)
 		cudaGraphExecDestroy(t->step_graph);
 	t->step_graph = NULL;
 	t->graph_failed = false;
-	x4_dev_free(t->step_layers);
-	t->step_layers = NULL;
-	t->step_on = false;
 	x4_dev_free(t->work);
 	x4_dev_free(t->cache);
 	t->work = NULL;
@@ -625,54 +578,10 @@ void x4_trunk_cuda_stats(const x4_trunk_cuda *t, x4_trunk_stats *s)
 	s->max_ctx = t->max_ctx;
 	s->prefill_chunk = t->chunk;
 	s->attn = t->o.attn;
-	s->step = x4_trunk_cuda_step(t);
 	snprintf(s->device, sizeof s->device, "%.120s", t->dev_name);
 }
 
 int x4_trunk_cuda_attn(const x4_trunk_cuda *t) { return t->o.attn; }
-
-int x4_trunk_cuda_step(const x4_trunk_cuda *t) { return t->step_on ? X4_STEP_PERSISTENT : X4_STEP_KERNELS; }
-
-int x4_trunk_cuda_step_clock(x4_trunk_cuda *t, x4_step_phase_time *ns, int n, x4_err *e)
-{
-	if (!t->step_on)
-		return 0;
-	const x4_config *c = t->c;
-	const int slots = x4k_step_phases(c->n_block, c->n_dense);
-	if (n > slots - 1)
-		n = slots - 1;
-	if (n <= 0 || !ns)
-		return X4_MAX(n, 0);
-	const size_t M = X4K_STEP_MAX_PHASES, CB = X4K_STEP_CLOCK_BLOCKS;
-	const size_t words = M * (2 + CB);
-	unsigned long long *clk = x4_alloc(sizeof *clk * words, "the step's clock", e);
-	if (!clk)
-		return X4_ENOMEM;
-	int rc = x4_cuda_check(cudaSetDevice(t->dev), "select the CUDA device", e);
-	if (!rc)
-		rc = x4_cuda_check(cudaMemcpy(clk, t->step_p.clock, sizeof *clk * words,
-					      cudaMemcpyDeviceToHost), "read the persistent step's clock", e);
-	const int nb = X4_MIN(x4k_step_blocks(), (int)CB);
-	for (int i = 0; !rc && i < n; i++) {
-		const unsigned long long *arr = clk + M + (size_t)(i + 1) * CB, prev = clk[i];
-		double wmin = INFINITY, wmax = 0, last = 0;
-		for (int b = 0; b < nb; b++) {
-			const double w = (double)(arr[b] - prev);
-			wmin = w < wmin ? w : wmin;
-			wmax = w > wmax ? w : wmax;
-			last = (double)arr[b] > last ? (double)arr[b] : last;
-		}
-		const bool end = i + 1 == n; /* the head: no barrier after it */
-		const unsigned long long mark = clk[M * (1 + CB) + (size_t)(i + 1)];
-		ns[i].span = (end ? last : (double)clk[i + 1]) - (double)prev;
-		ns[i].work_min = nb ? wmin : 0;
-		ns[i].work_max = wmax;
-		ns[i].barrier = end ? 0 : (double)clk[i + 1] - last;
-		ns[i].prologue = mark > prev ? (double)(mark - prev) : 0;
-	}
-	free(clk);
-	return rc ? rc : n;
-}
 
 #else /* no CUDA in this build */
 
@@ -711,8 +620,6 @@ int x4_trunk_cuda_forward(x4_trunk_cuda *t, const int32_t *ids, int n, float *lo
 void x4_trunk_cuda_set_probe(x4_trunk_cuda *t, x4_probe_fn fn, void *ctx) { (void)t; }
 void x4_trunk_cuda_stats(const x4_trunk_cuda *t, x4_trunk_stats *s) { (void)t; (void)s; }
 int x4_trunk_cuda_attn(const x4_trunk_cuda *t) { (void)t; return X4_ATTN_FP32; }
-int x4_trunk_cuda_step(const x4_trunk_cuda *t) { (void)t; return X4_STEP_KERNELS; }
-int x4_trunk_cuda_step_clock(x4_trunk_cuda *t, x4_step_phase_time *ns, int n, x4_err *e) { (void)t; return 0; }
 uint64_t x4_trunk_cuda_row_bytes(const x4_trunk_cuda *t) { (void)t; return 0; }
 
 int x4_trunk_cuda_cache_read(x4_trunk_cuda *t, int from, int n, void *rows, x4_err *e)

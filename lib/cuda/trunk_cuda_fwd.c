@@ -394,15 +394,6 @@ static int pick_next(x4_trunk_cuda *t, const float *row, const x4_sampler_opts *
 	return rc;
 }
 
-/* One token through the persistent step (kernels/step.cu): the ids and
- * the position are already uploaded; the logits land in w.logits.  The
- * profiler sees one operation reading every weight the step streams. */
-static int step_persistent(x4_trunk_cuda *t, x4_err *e)
-{
-	x4_prof_op(t->prof, X4_PC_STEP, "step", x4_step_token_bytes(t->m));
-	return x4k_step(&t->step_p, t->s, e);
-}
-
 /* One decode step with the device pick, everything on t->s and nothing
  * synchronised: what the graph captures.  The id and the position are read
  * from the pinned staging at run (or replay) time. */
@@ -414,19 +405,13 @@ static int enqueue_step(x4_trunk_cuda *t, const x4_sampler_opts *so, int32_t *pi
 				    t->s), "upload the token id", e);
 	X4_CUDA_TRY(cudaMemcpyAsync(t->w.pos, t->pos_host, sizeof(int), cudaMemcpyHostToDevice,
 				    t->s), "upload the position", e);
-	int rc;
-	if (t->step_on) {
-		rc = step_persistent(t, e);
-	} else {
-		x4_prof_op(t->prof, X4_PC_EMBED, "embed",
-			   t->m->token_embd->nbytes / (uint64_t)c->n_vocab);
-		rc = x4k_embed(t->token_embd, c->n_vocab, c->n_embd, c->n_hc, t->w.ids, 1, t->w.H,
-			       t->s, e);
-		if (!rc)
-			rc = blocks(&f, false);
-		if (!rc)
-			rc = head(&f, 0, 1, NULL);
-	}
+	x4_prof_op(t->prof, X4_PC_EMBED, "embed", t->m->token_embd->nbytes / (uint64_t)c->n_vocab);
+	int rc = x4k_embed(t->token_embd, c->n_vocab, c->n_embd, c->n_hc, t->w.ids, 1, t->w.H,
+			   t->s, e);
+	if (!rc)
+		rc = blocks(&f, false);
+	if (!rc)
+		rc = head(&f, 0, 1, NULL);
 	if (!rc)
 		rc = pick_next(t, t->w.logits, so, pick, e);
 	return rc;
@@ -519,19 +504,6 @@ static int run(x4_trunk_cuda *t, const int32_t *ids, int n, float *logits, bool 
 					    cudaMemcpyHostToDevice, t->s), "upload the token ids", e);
 		X4_CUDA_TRY(cudaMemcpyAsync(t->w.pos, t->pos_host, sizeof(int),
 					    cudaMemcpyHostToDevice, t->s), "upload the position", e);
-		if (T == 1 && t->step_on && !(last && t->probe)) {
-			/* a one-token forward is a decode step: the persistent one */
-			rc = step_persistent(t, e);
-			if (!rc && logits)
-				rc = x4_cuda_check(cudaMemcpyAsync(logits + (all_logits ? (size_t)done *
-									     (size_t)c->n_vocab : 0),
-								   t->w.logits,
-								   sizeof(float) * (size_t)c->n_vocab,
-								   cudaMemcpyDeviceToHost, t->s),
-						   "copy the logits to the host", e);
-			pick_row = t->w.logits;
-			continue;
-		}
 		x4_prof_op(t->prof, X4_PC_EMBED, "embed",
 			   t->m->token_embd->nbytes / (uint64_t)c->n_vocab * (uint64_t)T);
 		rc = x4k_embed(t->token_embd, c->n_vocab, c->n_embd, c->n_hc, t->w.ids, T, t->w.H,

@@ -20,7 +20,7 @@
 
 static const char *const class_names[X4_PC_COUNT] = {
 	"hc_gate", "sublayer_norm", "attention", "moe_router", "routed_experts",
-	"shared_expert", "dense_ffn", "head_pick", "embed", "step", "other",
+	"shared_expert", "dense_ffn", "head_pick", "embed", "other",
 };
 
 const char *x4_prof_class_name(int cls)

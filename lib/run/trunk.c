@@ -67,15 +67,6 @@ static int check_opts(const x4_model *m, const x4_trunk_opts *o, x4_trunk_opts *
 				  o->attn);
 	if (o->gemm != X4_GEMM_MMA && o->gemm != X4_GEMM_FMA)
 		return x4_err_set(e, X4_EINVAL, "prefill product core %d is not one of mma, fma", o->gemm);
-	if (o->step_warps != 0 && o->step_warps != 8 && o->step_warps != 16)
-		return x4_err_set(e, X4_EINVAL, "%d warps a block of the persistent step: use 8 or 16, "
-				  "or 0 for the largest the card takes", o->step_warps);
-	if (o->step != X4_STEP_AUTO && o->step != X4_STEP_KERNELS && o->step != X4_STEP_PERSISTENT)
-		return x4_err_set(e, X4_EINVAL, "decode step %d is not one of auto, kernels, persistent",
-				  o->step);
-	if (o->device >= 0 && o->step == X4_STEP_PERSISTENT && o->hc_eager)
-		return x4_err_set(e, X4_EINVAL, "--step persistent has its own gate: the eager gate "
-				  "(--hc eager) is the multi-kernel step's; use --step kernels with it");
 	/* (the compute capability, sm_80 for mma, is the CUDA trunk's to check) */
 	if (o->device >= 0 && o->attn == X4_ATTN_MMA &&
 	    !x4k_mla_mma_shape(c->n_head, c->kv_lora, c->d_rope))
@@ -301,7 +292,6 @@ int x4_trunk_get_stats(const x4_trunk *t, x4_trunk_stats *s)
 	s->max_ctx = c->max_ctx;
 	s->prefill_chunk = c->chunk;
 	s->attn = X4_ATTN_FP32;
-	s->step = X4_STEP_KERNELS;
 	snprintf(s->device, sizeof s->device, "cpu");
 	return 0;
 }
@@ -401,24 +391,7 @@ void x4_trunk_cache_key(const x4_trunk *t, x4_cache_key *k)
 	k->hc_eager = t->cuda ? t->o.hc_eager : 0;
 	k->attn = t->cuda ? x4_trunk_cuda_attn(t->cuda) : X4_ATTN_FP32;
 	k->gemm = t->cuda ? t->o.gemm : X4_GEMM_MMA;
-	k->step = t->cuda ? x4_trunk_cuda_step(t->cuda) : X4_STEP_KERNELS;
 	k->row_bytes = x4_trunk_cache_row_bytes(t);
-}
-
-int x4_trunk_step_phases(x4_trunk *t, int ctx, x4_step_phase *ph, x4_step_phase_time *ns, int max,
-			 x4_err *e)
-{
-	if (!t->cuda || x4_trunk_cuda_step(t->cuda) != X4_STEP_PERSISTENT || max <= 0)
-		return 0;
-	int n = x4_step_phase_list(t->m, ctx, ph, max);
-	if (n > max)
-		n = max;
-	if (ns) {
-		int got = x4_trunk_cuda_step_clock(t->cuda, ns, n, e);
-		if (got < 0)
-			return got;
-	}
-	return n;
 }
 
 x4_trunk_cpu *x4_trunk_cpu_part(x4_trunk *t) { return t->cpu; }
