@@ -11,10 +11,10 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/gpu
 make -j16 CUDA_ARCH=90 bin/x4-run bin/x4-synth bin/x4-walk-residual build/tests/helper_sample \
 	build/tests/gpu_kern build/tests/gpu_trunk >"$OUT/build.log" 2>&1
 echo "build rc=$? ($((SECONDS-t0)) s)"
-timeout 100 build/tests/gpu_kern moe_experts >"$OUT/gpu_kern-moe_experts.log" 2>&1
-echo "gpu_kern moe_experts rc=$? ($((SECONDS-t0)) s): $(tail -n 1 "$OUT/gpu_kern-moe_experts.log")"
-timeout 180 bash tests/gpu_model.sh >"$OUT/gpu_model.log" 2>&1
+timeout 150 bash tests/gpu_model.sh >"$OUT/gpu_model.log" 2>&1
 echo "gpu_model rc=$? ($((SECONDS-t0)) s): $(grep -cE '^PASS' "$OUT/gpu_model.log") passed"
 grep -E "^FAIL" "$OUT/gpu_model.log" | head
-timeout 60 build/tests/gpu_trunk >"$OUT/gpu_trunk.log" 2>&1
+timeout 60 build/tests/gpu_kern moe_experts >"$OUT/gpu_kern-moe_experts.log" 2>&1
+echo "gpu_kern moe_experts rc=$? ($((SECONDS-t0)) s): $(tail -n 1 "$OUT/gpu_kern-moe_experts.log")"
+timeout 40 build/tests/gpu_trunk >"$OUT/gpu_trunk.log" 2>&1
 echo "gpu_trunk rc=$? ($((SECONDS-t0)) s): $(tail -n 1 "$OUT/gpu_trunk.log")"
