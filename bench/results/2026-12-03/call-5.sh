@@ -16,5 +16,6 @@ echo "gpu_model rc=$? ($((SECONDS-t0)) s): $(grep -cE '^PASS' "$OUT/gpu_model.lo
 grep -E "^FAIL" "$OUT/gpu_model.log" | head
 timeout 60 build/tests/gpu_kern moe_experts >"$OUT/gpu_kern-moe_experts.log" 2>&1
 echo "gpu_kern moe_experts rc=$? ($((SECONDS-t0)) s): $(tail -n 1 "$OUT/gpu_kern-moe_experts.log")"
+make -s CUDA_ARCH=90 tiny >/dev/null 2>&1 # gpu_trunk opens build/models/tiny
 timeout 40 build/tests/gpu_trunk >"$OUT/gpu_trunk.log" 2>&1
 echo "gpu_trunk rc=$? ($((SECONDS-t0)) s): $(tail -n 1 "$OUT/gpu_trunk.log")"
