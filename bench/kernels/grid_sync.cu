@@ -18,6 +18,7 @@
  *   ./grid_sync [all]
  */
 #include "lab.h"
+#include "core_dev.cuh"
 
 namespace {
 
@@ -47,7 +48,6 @@ __device__ __forceinline__ void st_release(unsigned *p, unsigned v)
 {
 	asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
-__device__ __forceinline__ void fence_acq_rel() { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
 
 template <int V> __global__ void __launch_bounds__(512, 1) sync_kernel(unsigned *bar, int n)
 {
@@ -66,7 +66,7 @@ template <int V> __global__ void __launch_bounds__(512, 1) sync_kernel(unsigned 
 				while (ld_relaxed(bar) < target)
 					if (V == 2)
 						__nanosleep(64);
-				fence_acq_rel();
+				x4c::fence_acq_rel_gpu();
 			} else {
 				const unsigned gen = (unsigned)i + 1;
 				if (atom_acq_rel(bar) == target - 1) {
@@ -74,7 +74,7 @@ template <int V> __global__ void __launch_bounds__(512, 1) sync_kernel(unsigned 
 				} else {
 					while (ld_relaxed(flag) < gen) {
 					}
-					fence_acq_rel();
+					x4c::fence_acq_rel_gpu();
 				}
 			}
 		}
