@@ -509,6 +509,10 @@ enum x4_attn { X4_ATTN_FP32 = 0, X4_ATTN_MMA = 1, X4_ATTN_AUTO = 2 };
  * ignores it. */
 enum x4_gemm { X4_GEMM_MMA = 0, X4_GEMM_FMA = 1 };
 
+/* Every field but the progress callback is something a trunk is built for:
+ * a new one also goes in the session's test for a rebuild (opts_differ,
+ * lib/run/session.c), or a session serves it from a trunk built without it
+ * (bench/RESULTS.md 32 priced one arm against itself that way). */
 typedef struct x4_trunk_opts {
 	int device;        /* -1 CPU, >= 0 the CUDA ordinal */
 	int max_ctx;       /* positions the KV cache holds (0: min(ctx_train, 4096)) */
