@@ -160,7 +160,11 @@ const char x4t_trunk_help[] =
 "      --gemm G            GPU products: mma (default: tensor cores on sm_80 and\n"
 "                          later, fp32-accurate: the prefill's, and the decode\n"
 "                          step's IQ4_NL ones) or fma (the CUDA-core kernels\n"
-"                          everywhere, for comparison)\n";
+"                          everywhere, for comparison)\n"
+"      --copy C            GPU decode: how the IQ4_NL tensor-core products copy\n"
+"                          their weights: block (default: a block's rows as one\n"
+"                          contiguous span) or warp (each warp its own slice,\n"
+"                          for comparison); the same bits\n";
 
 const char x4t_load_help[] =
 "      --device DEV        cpu (default) or cuda:N\n"
@@ -194,6 +198,7 @@ bool x4t_trunk_opt(int c, const char *arg, x4_trunk_opts *o)
 	static const char *const onoff[] = { "on", "off" };
 	static const char *const attn[] = { "fp32", "mma", "auto" };   /* enum x4_attn */
 	static const char *const gemm[] = { "mma", "fma" };            /* enum x4_gemm */
+	static const char *const copy[] = { "block", "warp" };         /* warp_copy */
 	switch (c) {
 	case X4T_O_MAXLEN: o->max_ctx = (int)x4t_long(arg, 1, INT_MAX, "--max-model-len"); break;
 	case X4T_O_RESID: o->resid = pick("--resid", arg, resid, 3); break;
@@ -207,6 +212,7 @@ bool x4t_trunk_opt(int c, const char *arg, x4_trunk_opts *o)
 	case X4T_O_PDL: o->pdl = pick("--pdl", arg, onoff, 2) == 0; break;
 	case X4T_O_ATTN: o->attn = pick("--attn", arg, attn, 3); break;
 	case X4T_O_GEMM: o->gemm = pick("--gemm", arg, gemm, 2); break;
+	case X4T_O_COPY: o->warp_copy = pick("--copy", arg, copy, 2) == 1; break;
 	default: return false;
 	}
 	return true;
@@ -270,17 +276,22 @@ const char *x4t_kv_name(const x4_trunk_opts *o)
 	return o->prec == X4_PREC_F64 && o->device < 0 ? "exact" : "f16";
 }
 
+const char *x4t_copy_name(const x4_trunk_opts *o)
+{
+	return o->device < 0 ? "n/a" : o->warp_copy ? "warp" : "block";
+}
+
 void x4t_settings(const x4_trunk_opts *o, const x4_sampler_opts *so, char *out, size_t cap)
 {
 	char chunk[16], ctx[16];
 	snprintf(chunk, sizeof chunk, "%d", o->prefill_chunk);
 	snprintf(ctx, sizeof ctx, "%d", o->max_ctx);
-	snprintf(out, cap, "hc=%s graph=%s pdl=%s attn=%s gemm=%s sublayer=%s resid=%s prec=%s "
+	snprintf(out, cap, "hc=%s graph=%s pdl=%s attn=%s gemm=%s copy=%s sublayer=%s resid=%s prec=%s "
 		 "kv=%s max_ctx=%s chunk=%s threads=%d temperature=%g top_k=%d top_p=%g seed=%llu",
 		 o->device < 0 ? "n/a" : o->hc_eager ? "eager" : "fused",
 		 o->device < 0 ? "n/a" : o->no_graph ? "off" : "on",
 		 o->device < 0 ? "n/a" : o->pdl ? "on" : "off", x4t_attn_name(o->device, o->attn), x4t_gemm_name(o),
-		 x4t_sub_name(o->sublayer),
+		 x4t_copy_name(o), x4t_sub_name(o->sublayer),
 		 x4_resid_name(o->resid), x4t_prec_name(o->prec), x4t_kv_name(o),
 		 o->max_ctx ? ctx : "auto", o->prefill_chunk ? chunk : "auto",
 		 o->threads ? o->threads : x4_ncpu(), so->temperature, so->top_k, so->top_p,

@@ -29,7 +29,7 @@ static void usage(FILE *f)
 	fprintf(f,
 "usage: " PROG " [-m PATH] [--device cpu|cuda:N] [--context C] [-n|--steps N]\n"
 "                  [--prefill P] [--graph on|off] [--hc fused|eager] [--attn auto|fp32|mma]\n"
-"                  [--gemm mma|fma]\n"
+"                  [--gemm mma|fma] [--copy block|warp]\n"
 "                  [--sublayer f32|bf16|f16] [--resid f32|f16|bf16] [--prec f32|f64]\n"
 "                  [--kv-cache f16|exact] [--threads N] [--prefill-chunk N]\n"
 "                  [--max-model-len N] [--gpu-memory SIZE] [--temperature T]\n"

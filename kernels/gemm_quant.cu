@@ -22,6 +22,7 @@ using namespace x4d;
 
 namespace {
 std::atomic<int> mma_on{ 1 };
+std::atomic<int> tc_copy_block{ 1 }; /* x4k_tc_copy_set */
 constexpr int MAX_DEV = 64;
 std::atomic<int> dev_cc[MAX_DEV]; /* 0: not looked up; else the major version + 1 */
 }
@@ -29,6 +30,10 @@ std::atomic<int> dev_cc[MAX_DEV]; /* 0: not looked up; else the major version + 
 extern "C" void x4k_gemm_mma_set(int on) { mma_on.store(on ? 1 : 0); }
 
 extern "C" int x4k_gemm_mma_get(void) { return mma_on.load(); }
+
+extern "C" void x4k_tc_copy_set(int block) { tc_copy_block.store(block ? 1 : 0); }
+
+extern "C" int x4k_tc_copy_get(void) { return tc_copy_block.load(); }
 
 bool x4m::enabled()
 {

@@ -37,10 +37,17 @@
  * Layout.  A block takes 16 output rows (the MMA's M) of MT matrices and the
  * whole k, split over its warps in ranges of NG groups (a group: 8 blocks
  * of a row, 144 bytes, nine 16-byte lines, 16-byte aligned as the model's
- * rows are; NG 2 is 512 values a warp, NG 1 256 and twice the warps).  A
- * warp issues cp.async copies of all of its weight bytes at once, one
- * commit group a group, so that it starts on its first group while the
- * later ones are in flight.  Its slice of x is copied first where x comes
+ * rows are; NG 2 is 512 values a warp, NG 1 256 and twice the warps).  The
+ * block copies all of its weight bytes at once with cp.async (stage_block,
+ * the default of x4k_tc_copy_set): a tile's 16 rows are one contiguous
+ * span, so consecutive threads copy consecutive 16-byte chunks, each into
+ * the buffer of the warp whose k range holds it, and a warp's copy is 512
+ * contiguous bytes; the block waits for all of them behind one barrier.
+ * Each warp copying only its own slice (stage: two 16-byte lines of each
+ * of 16 rows a copy instruction, a commit group a group, so that a warp
+ * starts on its first group while the later ones are in flight) is the
+ * comparison arm: the block copy priced 1.033x of the step at 512 tokens
+ * of context, 1.032x at 4,096 (bench/RESULTS.md 34).  Its slice of x is copied first where x comes
  * after the dependency wait anyway (the experts: the route table is an
  * activation), so that it is not queued behind the weights; the dense
  * products issue their weights before the wait (pdl.cuh) and load x after
@@ -549,6 +556,31 @@ __device__ __forceinline__ void stage(uint32_t *buf, const uint8_t *const (&rows
 	}
 }
 
+/* The block-wide form of stage (the library's default; x4k_tc_copy_set):
+ * the 16 rows of a tile are one contiguous span of 16 rb bytes (rows are
+ * contiguous), copied 16 bytes a thread with consecutive threads on
+ * consecutive chunks, so that a warp's copy is 512 contiguous bytes (four
+ * whole lines) instead of 16 rows' 32-byte pieces.  Chunk c of tile mt:
+ * row c / CPR, then the warp w0 + (c % CPR) / (9 NG) of its k range, its
+ * group and line; into that warp's buffer (warp_words apart) at
+ * wrow(MT, group, mt, row) as stage puts it.  One commit group a thread
+ * (its copies serve other warps: the block waits for all, then a barrier). */
+template <int MT, int NG>
+__device__ __forceinline__ void stage_block(uint32_t *sm, size_t warp_words, int w0, const uint8_t *const (&rows0)[MT],
+					    size_t rb)
+{
+	constexpr int LINES = GROUP_BYTES / 16;
+	const int cpr = (int)(rb / 16), n = ROWS * cpr;
+#pragma unroll
+	for (int mt = 0; mt < MT; mt++)
+		for (int c = threadIdx.x; c < n; c += blockDim.x) {
+			const int r = c / cpr, cc = c - r * cpr, w = cc / (LINES * NG), g = cc - w * (LINES * NG);
+			const int s = g / LINES, j = g - s * LINES;
+			const uint32_t *dst = sm + (size_t)(w0 + w) * warp_words + wrow(MT, s, mt, r) + 4 * j;
+			cp_async16(smem_u32(dst), rows0[mt] + (size_t)c * 16, 16);
+		}
+}
+
 /* The warp's sums of its MT tiles over its NG groups (staged in buf by
  * stage, B built in bp's array): out[mt][h], row g + 8h of tile mt, valid
  * in the lanes t = 0.  zero: a 0 the compiler cannot see (a load of the
@@ -557,7 +589,7 @@ __device__ __forceinline__ void stage(uint32_t *buf, const uint8_t *const (&rows
  * registers before every PRMT. */
 template <class CORE, int MT, int NG>
 __device__ __forceinline__ void tiles_dot(const uint32_t *buf, const uint32_t *bp, uint32_t zero, float inv,
-					  float (&out)[MT][2])
+					  float (&out)[MT][2], bool staged)
 {
 	const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
 	const typename CORE::consts c = CORE::make(zero);
@@ -567,8 +599,10 @@ __device__ __forceinline__ void tiles_dot(const uint32_t *buf, const uint32_t *b
 		acc[mt][0] = acc[mt][1] = 0.f;
 #pragma unroll
 	for (int s = 0; s < NG; s++) {
-		cp_async_wait_n(NG - 1 - s); /* this lane's copies of group s */
-		__syncwarp();                /* and the warp's */
+		if (!staged) {                       /* (staged: stage_block's, waited for by the block) */
+			cp_async_wait_n(NG - 1 - s); /* this lane's copies of group s */
+			__syncwarp();                /* and the warp's */
+		}
 #pragma unroll
 		for (int p = 0; p < GROUP_QB / 2; p++)
 #pragma unroll
@@ -599,7 +633,8 @@ __device__ __forceinline__ void tiles_dot(const uint32_t *buf, const uint32_t *b
  * (WSL), B words (BSL) and slice of x (XSL), one zero array as long as a warp's B words
  * (the lanes past the core's B lanes read it), the warps' sums. */
 template <int MT, int NG> struct smem_words {
-	enum { WSL = NG * MT * ROWS * ROWW, BSL = QB_BW * GROUP_QB * NG, XSL = NG * GROUP_QB * 32 };
+	enum { WSL = NG * MT * ROWS * ROWW, BSL = QB_BW * GROUP_QB * NG, XSL = NG * GROUP_QB * 32,
+	       WARP = WSL + BSL + XSL /* a warp's words */ };
 	static constexpr size_t of(int nw)
 	{
 		return (size_t)nw * (WSL + BSL + XSL) + BSL + (size_t)nw * MT * ROWS;
@@ -645,6 +680,7 @@ struct rows_args {
 	float *y;               /* [n] (MOE: [routes][n]) */
 	int n, k;
 	x4k_moe_routes r; /* MOE only */
+	bool blk;         /* stage_block (x4k_tc_copy_get), else each warp its own slice */
 };
 
 constexpr int MAX_THREADS = 32 * 20; /* the fused down of f 1024 in ranges of one group: 5 x 4 warps */
@@ -673,16 +709,28 @@ tc_rows_kernel(rows_args a)
 			return;
 		const int ex = a.r.tile_expert[m], start = a.r.tile_start[m];
 		stage_x<NG>(cv.x, a.x + (size_t)(a.r.route[start] / a.r.k) * a.k + xoff, lane);
-		const uint8_t *const rows0[MT] = { a.w0 + ((size_t)ex * a.n + row0) * rb + koff,
-						   a.w1 + ((size_t)ex * a.n + row0) * rb + koff };
-		stage<MT, NG>(cv.w, rows0, rb, lane);
+		const size_t ko = a.blk ? 0 : koff;
+		const uint8_t *const rows0[MT] = { a.w0 + ((size_t)ex * a.n + row0) * rb + ko,
+						   a.w1 + ((size_t)ex * a.n + row0) * rb + ko };
+		if (a.blk) {
+			stage_block<MT, NG>(sm, smem_words<MT, NG>::WARP, 0, rows0, rb);
+			cp_async_commit();
+		} else {
+			stage<MT, NG>(cv.w, rows0, rb, lane);
+		}
 		y += (size_t)start * a.n;
 	} else { /* the weights before the wait: they do not depend on it */
+		const size_t ko = a.blk ? 0 : koff;
 		const uint8_t *rows0[MT];
-		rows0[0] = a.w0 + (size_t)row0 * rb + koff;
+		rows0[0] = a.w0 + (size_t)row0 * rb + ko;
 		if constexpr (MT > 1)
-			rows0[MT - 1] = a.w1 + (size_t)row0 * rb + koff;
-		stage<MT, NG>(cv.w, rows0, rb, lane);
+			rows0[MT - 1] = a.w1 + (size_t)row0 * rb + ko;
+		if (a.blk) {
+			stage_block<MT, NG>(sm, smem_words<MT, NG>::WARP, 0, rows0, rb);
+			cp_async_commit();
+		} else {
+			stage<MT, NG>(cv.w, rows0, rb, lane);
+		}
 		x4p::trigger();
 		x4p::wait();
 		/* x after the weights, of necessity: loaded directly, since a copy
@@ -691,14 +739,19 @@ tc_rows_kernel(rows_args a)
 	}
 	zero_fill<NG>(cv.zero);
 	if constexpr (MOE) {
-		cp_async_wait_n(NG); /* x's copy, the oldest group */
+		if (a.blk)
+			cp_async_wait_n(1); /* x's copy, the older group */
+		else
+			cp_async_wait_n(NG);
 		__syncwarp();
 		bb.load(cv.x, lane);
 	}
 	const float inv = build_b(bb, cv.b, lane);
-	__syncthreads(); /* the zero array; each warp's B words */
+	if (a.blk) /* every thread's copies: they fill other warps' buffers */
+		cp_async_wait<0>();
+	__syncthreads(); /* the zero array; each warp's B words; (blk) the weights */
 	float out[MT][2];
-	tiles_dot<CORE, MT, NG>(cv.w, cv.bp, cv.zero[threadIdx.x & 31], inv, out);
+	tiles_dot<CORE, MT, NG>(cv.w, cv.bp, cv.zero[threadIdx.x & 31], inv, out, a.blk);
 	if ((lane & 3) == 0)
 #pragma unroll
 		for (int mt = 0; mt < MT; mt++)
@@ -733,7 +786,7 @@ constexpr int SUM_NM = 5;
 template <class CORE, int NG>
 __global__ void __launch_bounds__(MAX_THREADS)
 tc_down_sum_kernel(x4k_moe_routes r, int d, int f, const uint8_t *__restrict__ down, const float *__restrict__ h,
-		const uint8_t *__restrict__ sdown, const float *__restrict__ sh, float *__restrict__ y)
+		const uint8_t *__restrict__ sdown, const float *__restrict__ sh, float *__restrict__ y, bool blk)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
 	extern __shared__ __align__(16) uint32_t sm[];
@@ -759,21 +812,39 @@ tc_down_sum_kernel(x4k_moe_routes r, int d, int f, const uint8_t *__restrict__ d
 	typename CORE::template build<NG> bb;
 	if (w) { /* uniform over the warp; x first, as in tc_rows_kernel */
 		stage_x<NG>(cv.x, xv + (size_t)kw * NG * GROUP_QB * 32, lane);
-		const uint8_t *const rows0[1] = { w + (size_t)row0 * rb + (size_t)kw * NG * GROUP_BYTES };
-		stage<1, NG>(cv.w, rows0, rb, lane);
+		if (!blk) {
+			const uint8_t *const rows0[1] = { w + (size_t)row0 * rb + (size_t)kw * NG * GROUP_BYTES };
+			stage<1, NG>(cv.w, rows0, rb, lane);
+		}
+	}
+	if (blk) { /* every matrix the call has, by the whole block (stage_block) */
+		for (int mm = 0; mm < SUM_NM; mm++) {
+			const uint8_t *wm = mm < SUM_NM - 1 ? (mm < nt ? down + (size_t)r.tile_expert[mm] * d * rb : nullptr)
+							   : sdown;
+			if (wm) { /* uniform over the block */
+				const uint8_t *const rows0[1] = { wm + (size_t)row0 * rb };
+				stage_block<1, NG>(sm, smem_words<1, NG>::WARP, mm * KW, rows0, rb);
+			}
+		}
+		cp_async_commit();
 	}
 	zero_fill<NG>(cv.zero);
 	float inv = 0.f;
 	if (w) {
-		cp_async_wait_n(NG); /* x's copy */
+		if (blk)
+			cp_async_wait_n(1); /* x's copy, the older group */
+		else
+			cp_async_wait_n(NG);
 		__syncwarp();
 		bb.load(cv.x, lane);
 		inv = build_b(bb, cv.b, lane);
 	}
+	if (blk)
+		cp_async_wait<0>();
 	__syncthreads();
 	if (w) {
 		float out[1][2];
-		tiles_dot<CORE, 1, NG>(cv.w, cv.bp, cv.zero[threadIdx.x & 31], inv, out);
+		tiles_dot<CORE, 1, NG>(cv.w, cv.bp, cv.zero[threadIdx.x & 31], inv, out, blk);
 		if ((lane & 3) == 0) {
 			cv.red[warp * ROWS + (lane >> 2)] = out[0][0];
 			cv.red[warp * ROWS + (lane >> 2) + 8] = out[0][1];
@@ -856,6 +927,7 @@ static bool gemv(const void *w, int n, int k, const float *x, float *y, cudaStre
 		return false;
 	rows_args a = {};
 	a.w0 = static_cast<const uint8_t *>(w), a.x = x, a.y = y, a.n = n, a.k = k;
+	a.blk = x4k_tc_copy_get();
 	x4p::launch(tc_rows_kernel<CORE, 1, NG, false>, dim3(n / ROWS), dim3(32 * nw), bytes, s, a);
 	return true;
 }
@@ -874,6 +946,7 @@ static bool gemv_swiglu(const void *wg, const void *wu, int n, int k, const floa
 	rows_args a = {};
 	a.w0 = static_cast<const uint8_t *>(wg), a.w1 = static_cast<const uint8_t *>(wu);
 	a.x = x, a.y = h, a.n = n, a.k = k;
+	a.blk = x4k_tc_copy_get();
 	x4p::launch(tc_rows_kernel<CORE, 2, NG, false>, dim3(n / ROWS), dim3(32 * nw), bytes, s, a);
 	return true;
 }
@@ -897,6 +970,7 @@ static bool moe_gu(const x4k_moe_routes *r, const float *x, int d, int f, const 
 	rows_args a = {};
 	a.w0 = static_cast<const uint8_t *>(gate), a.w1 = static_cast<const uint8_t *>(up);
 	a.x = x, a.y = h, a.n = f, a.k = d, a.r = *r;
+	a.blk = x4k_tc_copy_get();
 	x4p::launch(tc_rows_kernel<CORE, 2, NG, true>, dim3((unsigned)r->max_tiles, f / ROWS), dim3(32 * nw), bytes, s,
 		    a);
 	return true;
@@ -919,7 +993,8 @@ static bool moe_down_sum(const x4k_moe_routes *r, int d, int f, const void *down
 	if (!run)
 		return true;
 	x4p::launch(tc_down_sum_kernel<CORE, NG>, dim3(d / ROWS), dim3(32 * nw), bytes, s, *r, d, f,
-		    static_cast<const uint8_t *>(down), h, static_cast<const uint8_t *>(sdown), sh, y);
+		    static_cast<const uint8_t *>(down), h, static_cast<const uint8_t *>(sdown), sh, y,
+		    (bool)x4k_tc_copy_get());
 	return true;
 }
 

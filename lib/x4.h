@@ -530,6 +530,9 @@ typedef struct x4_trunk_opts {
 	                      on by default */
 	int attn;          /* GPU: enum x4_attn, the decode attention's kernel (auto by default) */
 	int gemm;          /* GPU: enum x4_gemm, the prefill products' core (mma by default) */
+	bool warp_copy;    /* GPU: the decode step's IQ4_NL tensor-core products copy their
+	                      weights a warp's slice at a time (the arm the default, a block's
+	                      rows as one contiguous span, is priced against; the same bits) */
 	bool no_reserve;   /* GPU, a load option: plan to the last byte, keeping none of
 	                      X4_MEM_RESERVE_BYTES free (x4-ceiling's hardware edge; never
 	                      for serving: the context's own growth then lands in a request) */
@@ -544,7 +547,7 @@ typedef struct x4_trunk x4_trunk;
 int x4_trunk_create(x4_trunk **t, const x4_model *m, const x4_trunk_opts *o, x4_err *e);
 void x4_trunk_free(x4_trunk *t);
 /* Apply new request options (resid, prec, threads, prefill_chunk, hc_eager,
- * kv, sublayer, no_graph, pdl, attn, max_ctx) to a trunk without loading the weights
+ * kv, sublayer, no_graph, pdl, attn, gemm, warp_copy, max_ctx) to a trunk without loading the weights
  * again: the cache and the workspaces are made anew for them and the
  * context is reset.  The load options (device, mem_limit, no_reserve) cannot change:
  * X4_EINVAL names the option and says that it needs the weights reloaded.

@@ -147,6 +147,13 @@ int x4k_gemm(int type, const void *w, int n, int k, int n_tok, const float *x,
  * them.  Kernels launched earlier keep the core they were launched with. */
 void x4k_gemm_mma_set(int on);
 int x4k_gemm_mma_get(void);
+/* How the batch-1 IQ4_NL tensor-core products (kernels/gemv_tc.cuh) copy
+ * their weights into shared memory (process-wide; the trunk sets it from
+ * x4_trunk_opts.warp_copy): 1 (the default) the block's 16 rows as one
+ * contiguous span, a warp's copy 512 contiguous bytes; 0 each warp its own
+ * 144-byte slice of the 16 rows.  The same bits either way. */
+void x4k_tc_copy_set(int block);
+int x4k_tc_copy_get(void);
 
 /* h = silu(g) * u elementwise, fp32 (docs/numerics.md 1.4: the product is the value that
  * overflows fp16, so it stays fp32 on its way to the down projection). */

@@ -140,7 +140,7 @@ int x4_trunk_configure(x4_trunk *t, const x4_trunk_opts *o, x4_err *e)
 	if (rc)
 		return rc;
 	if (t->cuda) {
-		/* (a change of pdl, attn or gemm alone also lands here: the
+		/* (a change of pdl, attn, gemm or warp_copy alone also lands here: the
 		 * step's graph is captured anew with the launches' new
 		 * attributes or the other attention kernel) */
 		rc = x4_trunk_cuda_configure(t->cuda, &r, e);
@@ -378,7 +378,8 @@ int x4_trunk_cache_restore(x4_trunk *t, int n, const void *rows, x4_err *e)
  *   tests/test_session.c checks it through the store; on a GPU the chunk
  *   picks GEMM or GEMV and the rows may differ in the last bits, as they
  *   do between any two chunkings of a fresh prefill), no_graph and pdl
- *   (the same kernels in the same order). */
+ *   (the same kernels in the same order), and warp_copy (the same
+ *   arithmetic, its operands copied in another order). */
 void x4_trunk_cache_key(const x4_trunk *t, x4_cache_key *k)
 {
 	memset(k, 0, sizeof *k);

@@ -13,7 +13,10 @@ struct pcase {
 
 /* x4k_gemm's core as the case text names it (x4k_gemm_mma_get: the tensor
  * cores where the device and the shape take them, else the FMA core) */
-static const char *gemm_core(void) { return x4k_gemm_mma_get() ? "mma" : "fma"; }
+static const char *gemm_core(void)
+{
+	return !x4k_gemm_mma_get() ? "fma" : x4k_tc_copy_get() ? "mma" : "mma warp-copy";
+}
 
 /* mv: x4k_gemv (one token), else x4k_gemm (any number, one included) */
 static void run_product_op(const char *label, struct pcase c, int check_tok, bool mv)
@@ -307,6 +310,9 @@ static void test_gemv(void)
 	const int was = x4k_gemm_mma_get();
 	x4k_gemm_mma_set(1);
 	test_gemv_iq4();
+	x4k_tc_copy_set(0); /* the tensor cores with each warp copying its own slice */
+	test_gemv_iq4();
+	x4k_tc_copy_set(1);
 	x4k_gemm_mma_set(0);
 	test_gemv_iq4();
 	x4k_gemm_mma_set(was);

@@ -315,6 +315,13 @@ static void test_experts_sum_tc(const char *label, const struct moe_w *w, int sd
 		char nm[128];
 		snprintf(nm, sizeof nm, "%s bit-identical rerun", name);
 		T_OK(!memcmp(y1, y2, (size_t)d * 4), nm, "%s: outputs differ", cas);
+		/* each warp copying its own slice of the weights (x4k_tc_copy_set):
+		 * the same operands in the same places, the same bits */
+		x4k_tc_copy_set(0);
+		rc = sum_case_run(&c, w, y2);
+		x4k_tc_copy_set(1);
+		snprintf(nm, sizeof nm, "%s warp copy = block copy", name);
+		T_OK(!rc && !memcmp(y1, y2, (size_t)d * 4), nm, "%s: %s", cas, rc ? err.msg : "outputs differ");
 	}
 	x4k_gemm_mma_set(was);
 	sum_case_free(&c);
