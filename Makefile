@@ -10,6 +10,10 @@
 # CFLAGS and LDFLAGS are the user's (default -O2 -g) and add to X4_CFLAGS,
 # which the build always needs: `make CFLAGS=-O0` keeps -std=c11 ... -Ilib.
 
+# `make` alone is `make all`, whatever rule comes first (x4-serve's, where
+# its libraries are installed, is written above all's).
+.DEFAULT_GOAL := all
+
 # Without -j on the command line, use every core: most of a fresh build is
 # nvcc, one process a file.  Sub-makes share the top level's jobserver.
 NPROC    := $(shell nproc 2>/dev/null || getconf _NPROCESSORS_ONLN 2>/dev/null || echo 1)
