@@ -408,44 +408,57 @@ struct cores {
 };
 
 /* The launchers as the lab's entries: X4_EINVAL where one refuses (the
- * device, the switch or the shape). */
-template <class C, int NG>
+ * device, the switch or the shape).  CM: the weights' copy for the launch
+ * (x4k_tc_copy_set: 1 the block's, the library's default; 0 each warp's
+ * own slice), set back after. */
+struct copy_mode {
+	int was;
+	explicit copy_mode(int cm) : was(x4k_tc_copy_get()) { x4k_tc_copy_set(cm); }
+	~copy_mode() { x4k_tc_copy_set(was); }
+};
+template <class C, int NG, int CM = 1>
 static int lab_gu(const x4k_moe_routes *r, const float *x, int d, int f, const void *g, const void *u, float *h,
 		  cudaStream_t s, x4_err *e)
 {
+	const copy_mode cm(CM);
 	return tcv::moe_gu<C, NG>(r, x, d, f, g, u, h, s) ? x4_cuda_launched("tcv moe_gu", e)
 							  : x4_err_set(e, X4_EINVAL, "tcv moe_gu: refused");
 }
-template <class C, int NG>
+template <class C, int NG, int CM = 1>
 static int lab_down(const x4k_moe_routes *r, int d, int f, const void *w, const float *h, const void *sw,
 		    const float *sh, float *y, cudaStream_t s, x4_err *e)
 {
+	const copy_mode cm(CM);
 	return tcv::moe_down_sum<C, NG>(r, d, f, w, h, sw, sh, y, s) ? x4_cuda_launched("tcv moe_down_sum", e)
 								     : x4_err_set(e, X4_EINVAL, "tcv moe_down_sum: refused");
 }
-template <class C, int NG>
+template <class C, int NG, int CM = 1>
 static int lab_gemv(const void *w, int n, int k, const float *x, float *y, cudaStream_t s, x4_err *e)
 {
+	const copy_mode cm(CM);
 	return tcv::gemv<C, NG>(w, n, k, x, y, s) ? x4_cuda_launched("tcv gemv", e)
 						  : x4_err_set(e, X4_EINVAL, "tcv gemv: refused");
 }
-template <class C, int NG>
+template <class C, int NG, int CM = 1>
 static int lab_swiglu(const void *wg, const void *wu, int n, int k, const float *x, float *h, cudaStream_t s,
 		      x4_err *e)
 {
+	const copy_mode cm(CM);
 	return tcv::gemv_swiglu<C, NG>(wg, wu, n, k, x, h, s) ? x4_cuda_launched("tcv gemv_swiglu", e)
 							      : x4_err_set(e, X4_EINVAL, "tcv gemv_swiglu: refused");
 }
 
 /* tc16, tc8: a warp takes 2 groups (512 values) of k; _k1: 1 group, twice
- * the warps a block */
-#define TCV_CORE(name, C, NG)                                                                          \
-	{ name, lab_gu<tcv::C, NG>, lab_down<tcv::C, NG>, lab_gemv<tcv::C, NG>, lab_swiglu<tcv::C, NG> }
+ * the warps a block; _wc: each warp copying its own slice of the weights */
+#define TCV_CORE(name, C, NG, CM)                                                                               \
+	{ name, lab_gu<tcv::C, NG, CM>, lab_down<tcv::C, NG, CM>, lab_gemv<tcv::C, NG, CM>,                         \
+	  lab_swiglu<tcv::C, NG, CM> }
 static const cores CORES[] = {
-	TCV_CORE("tc16", core16, 2),
-	TCV_CORE("tc8", core8, 2),
-	TCV_CORE("tc16_k1", core16, 1),
-	TCV_CORE("tc8_k1", core8, 1),
+	TCV_CORE("tc16", core16, 2, 1),
+	TCV_CORE("tc8", core8, 2, 1),
+	TCV_CORE("tc16_k1", core16, 1, 1),
+	TCV_CORE("tc8_k1", core8, 1, 1),
+	TCV_CORE("tc8_k1_wc", core8, 1, 0),
 };
 
 static void moe_shapes(lab *L)
