@@ -49,7 +49,8 @@
  * comparison arm: the block copy priced 1.033x of the step at 512 tokens
  * of context, 1.032x at 4,096 (bench/RESULTS.md 34).  Its slice of x is copied first where x comes
  * after the dependency wait anyway (the experts: the route table is an
- * activation), so that it is not queued behind the weights; the dense
+ * activation), so that it is not queued behind the weights (x loaded
+ * after the weights' copies instead cost 0.8%: bench/RESULTS.md 35); the dense
  * products issue their weights before the wait (pdl.cuh) and load x after
  * it.  The warp builds its B fragments in shared memory, runs the MMAs
  * group by group, and the warps' per-row sums are added through shared
@@ -564,7 +565,12 @@ __device__ __forceinline__ void stage(uint32_t *buf, const uint8_t *const (&rows
  * row c / CPR, then the warp w0 + (c % CPR) / (9 NG) of its k range, its
  * group and line; into that warp's buffer (warp_words apart) at
  * wrow(MT, group, mt, row) as stage puts it.  One commit group a thread
- * (its copies serve other warps: the block waits for all, then a barrier). */
+ * (its copies serve other warps: the block waits for all, then a barrier).
+ * The division a chunk is measured, not an oversight: a loop of one add a
+ * copy put the block's requests out in a burst and lost 1.3-1.6% of the
+ * step (0.987x at 512, 0.984x at 4,096); copying tile by tile, or in
+ * phases that warps wait for apart (mbarriers), lost too (bench/RESULTS.md
+ * 35). */
 template <int MT, int NG>
 __device__ __forceinline__ void stage_block(uint32_t *sm, size_t warp_words, int w0, const uint8_t *const (&rows0)[MT],
 					    size_t rb)
