@@ -105,12 +105,10 @@ for s in $steps; do
 			cat "$gt/COMMIT" >/tmp/x4-golden-commit 2>/dev/null || echo old >/tmp/x4-golden-commit
 		fi
 		mkdir -p tests/data
-		long=""; for _ in 1 2 3 4 5 6 7 8 9 10; do long+="The quick brown fox jumps over the lazy dog, and the dog sleeps on. "; done
-		short="Once upon a time there was a small model that ran on a large card."
 		for p in tiny small; do
 			d=/tmp/x4-golden-$p; rm -rf "$d"
 			bin/x4-synth --preset $p --seed 1 -o "$d" >/dev/null 2>&1 || exit 1
-			prompt=$long; [ $p = small ] && prompt=$short
+			prompt=$(python3 tests/helper_golden.py --prompt $p)
 			common=(-m "$d" -p "$prompt" -n 64 --ignore-eos --json --device cuda:0)
 			"$gt"/bin/x4-run "${common[@]}" >"$OUT/g-$p-greedy.json" 2>/dev/null
 			"$gt"/bin/x4-run "${common[@]}" --temperature 0.8 --top-p 0.9 -s 7 >"$OUT/g-$p-samp.json" 2>/dev/null

@@ -76,12 +76,10 @@ synth() { # name, args...
 }
 
 # A prompt of ~190 tokens on tiny (positions past a few cache tiles), a short
-# one on small (its float64 reference is the slow part of this test).
-long=""
-for _ in 1 2 3 4 5 6 7 8 9 10; do
-	long+="The quick brown fox jumps over the lazy dog, and the dog sleeps on. "
-done
-short="Once upon a time there was a small model that ran on a large card."
+# one on small (its float64 reference is the slow part of this test): the
+# golden runs' prompts (tests/helper_golden.py).
+long=$("$PY" tests/helper_golden.py --prompt tiny)
+short=$("$PY" tests/helper_golden.py --prompt small)
 
 # $1 preset name, $2 model folder, $3 prompt.
 model_checks() {
@@ -193,16 +191,7 @@ PY
 	# them in the same change, with its parity tests as the judge.
 	local gold="tests/data/gpu_golden_$p.json"
 	if [ -e "$gold" ]; then
-		"$PY" - "$gold" "$tmp/$p.pick.json" "$tmp/$p.samp1.json" "$tmp/$p.gpu1.npy" <<'PY'
-import hashlib, json, sys
-g = json.load(open(sys.argv[1]))
-greedy, samp = (json.load(open(f))["tokens"] for f in sys.argv[2:4])
-sha = hashlib.sha256(open(sys.argv[4], "rb").read()).hexdigest()
-ok = greedy == g["greedy"] and samp == g["sampled_seed7"] and sha == g["logits_sha256"]
-print("PASS" if ok else "FAIL", "%s.same_as_golden_%s%s" % (g["preset"], g["commit"], "" if ok else
-      ": greedy %s, sampled %s, logits %s" % (greedy == g["greedy"], samp == g["sampled_seed7"],
-                                              sha == g["logits_sha256"])))
-PY
+		"$PY" tests/helper_golden.py "$gold" "$tmp/$p.pick.json" "$tmp/$p.samp1.json" "$tmp/$p.gpu1.npy"
 	fi
 	"$PY" -c 'import json,sys; j=json.load(open(sys.argv[1])); print("# %s on %s: %.3f GiB resident, loaded in %.2f s; prefill chunk %d; prefill %s tok/s, decode %s tok/s" % (sys.argv[2], j["device_name"], j["resident_bytes"] / 2**30, j["load_s"], j["prefill_chunk"], j["prefill_tok_s"], j["decode_tok_s"]))' \
 		"$tmp/$p.gpu1.json" "$p"
