@@ -11,9 +11,9 @@
  *     launch and down launch), else one figure for the whole operation.
  * On the GPU the mark is the "current operation" that CUPTI's launch
  * callback (lib/prof/prof_cupti.c) ties each kernel launch to, and a graph's
- * capture is where a replayed step's kernels learn their operations.  On
- * the CPU a mark closes the previous operation's wall-clock event and opens
- * the next one.
+ * capture is where a replayed step's kernels learn their operations (by the
+ * graph node each was captured as).  On the CPU a mark closes the previous
+ * operation's wall-clock event and opens the next one.
  */
 #ifndef X4_PROF_INT_H
 #define X4_PROF_INT_H
@@ -50,6 +50,7 @@ typedef struct x4_prof_ev {
 	int op;              /* into ops, -1 none */
 	int step;            /* into steps, -1 outside every step */
 	uint64_t bytes;      /* copies: their size; kernels: set by the finish */
+	uint64_t node;       /* GPU kernel: CUPTI's id of the graph node that ran it, 0 none */
 } x4_prof_ev;
 
 enum { X4_PROF_API_SUBMIT = 0, X4_PROF_API_SYNC = 1, X4_PROF_API_OTHER = 2 };
@@ -72,9 +73,22 @@ typedef struct x4_prof_launch {
 	bool outer;          /* not a driver call inside the runtime's launch */
 } x4_prof_launch;
 
-/* A captured graph: the operations of its kernels in capture order. */
+/* A kernel launched while a stream was captured. */
+typedef struct x4_prof_tkernel {
+	int op;              /* the operation current at its launch, -1 none */
+	uint64_t node;       /* CUPTI's id of its node in the captured graph, 0 unknown */
+} x4_prof_tkernel;
+
+/* A graph node's id and the one it leads to: an instantiated graph's node
+ * and the captured node it was cloned from, or a captured kernel's node and
+ * its index in tmpl_kernels. */
+typedef struct x4_prof_nodepair {
+	uint64_t node, to;
+} x4_prof_nodepair;
+
+/* A captured graph: its kernels in capture order. */
 typedef struct x4_prof_tmpl {
-	size_t first, n;     /* into tmpl_ops */
+	size_t first, n;     /* into tmpl_kernels */
 	int64_t nodes;       /* kernel nodes the trunk counted in the graph; -1 unknown */
 } x4_prof_tmpl;
 
@@ -117,12 +131,14 @@ struct x4_prof {
 	size_t n_launches, cap_launches;
 	int launch_depth;      /* a launch API inside another (counted once) */
 
-	int *tmpl_ops;
-	size_t n_tmpl_ops, cap_tmpl_ops;
+	x4_prof_tkernel *tmpl_kernels;
+	size_t n_tmpl_kernels, cap_tmpl_kernels;
 	x4_prof_tmpl *tmpls;
 	size_t n_tmpls, cap_tmpls;
+	x4_prof_nodepair *clones; /* instantiated kernel node -> the node it copies */
+	size_t n_clones, cap_clones;
 	bool capturing;
-	size_t capture_first;  /* tmpl_ops index where the capture began */
+	size_t capture_first;  /* tmpl_kernels index where the capture began */
 	int last_tmpl;         /* the template the next graph launch replays */
 
 	/* the tables (x4_prof_finish) */
@@ -141,6 +157,15 @@ void *x4_prof_push(x4_prof *p, void **arr, size_t *n, size_t *cap, size_t size);
 
 /* The monotonic clock in ns (the CPU profiler's). */
 uint64_t x4_prof_mono_ns(void);
+
+/* Orders x4_prof_nodepair by node. */
+int x4_prof_cmp_node(const void *a, const void *b);
+/* The index in tmpl_kernels of the captured kernel that graph node `node`
+ * ran: found in slots (captured node -> index) directly or after following
+ * clones (node -> the node it was cloned from), both sorted by node; -1
+ * when neither knows it. */
+int64_t x4_prof_node_slot(const x4_prof_nodepair *slots, size_t n_slots,
+			  const x4_prof_nodepair *clones, size_t n_clones, uint64_t node);
 
 /* ---- the trunk's hooks ---- */
 void x4_prof_op_(x4_prof *p, int cls, const char *label, int nparts, uint64_t b0, uint64_t b1,

@@ -8,7 +8,10 @@
 #   - every kernel's device start and end lie inside its step's host bracket;
 #   - the trace parses and holds the N steps, each with its
 #     kernels on the GPU track;
-#   - graphed and eager profiles name the same kernels, as many a step.
+#   - graphed and eager profiles name the same kernels, as many a step, and
+#     give each the same class: an eager kernel's operation comes from its
+#     own launch, a replayed one's from the graph node it ran, so a replay
+#     matched to the wrong captured kernel shows as a class apart.
 # Run from the tree's root on a machine with a CUDA GPU (tests/run-gpu.sh
 # does, under `make test-gpu`).  An argument `cpu` runs the same checks on
 # the CPU trunk (a dry run of the script without a GPU).  A few seconds.
@@ -71,7 +74,9 @@ for st in steps:
     for e in mine:
         assert t0 - 0.002 <= e["ts"] and e["ts"] + e["dur"] <= t1 + 0.002, ("outside", e, st)
 names = sorted({r["name"] for r in kern})
-json.dump({"names": names, "kernels_step": s["kernels_step"]}, open(sys.argv[1] + ".names", "w"))
+rows = sorted([r["name"], r["class"], r["launches_step"]] for r in kern)
+json.dump({"names": names, "kernels_step": s["kernels_step"], "rows": rows},
+          open(sys.argv[1] + ".names", "w"))
 print("ok")
 EOF
 )
@@ -83,12 +88,15 @@ profile eager --context 64 --steps $STEPS --graph off
 profile hc_eager --context 64 --steps $STEPS --hc eager
 profile prefill --prefill 100 --steps 2
 
-# Graphed and eager name the same kernels, as many a step.
+# Graphed and eager name the same kernels, as many a step, each in the same
+# class as many times.
 msg=$(python3 -c 'import json, sys
 a, b = (json.load(open(f)) for f in sys.argv[1:3])
 assert a["names"] == b["names"], ("graphed only", sorted(set(a["names"]) - set(b["names"])),
                                   "eager only", sorted(set(b["names"]) - set(a["names"])))
 assert a["kernels_step"] == b["kernels_step"], (a["kernels_step"], b["kernels_step"])
+ra, rb = ([tuple(r) for r in x["rows"]] for x in (a, b))
+assert ra == rb, ("graphed only", sorted(set(ra) - set(rb)), "eager only", sorted(set(rb) - set(ra)))
 print("ok")' "$tmp/graphed.jsonl.names" "$tmp/eager.jsonl.names" 2>&1)
 check profile.graphed_eager_same_kernels "$([ "$msg" = ok ]; echo $?)" "$msg"
 

@@ -1,7 +1,9 @@
 /*
  * test_prof.c - the profiler's tabulation (lib/prof/prof.c) on records made by
  * hand, so that the GPU side's matching runs without a GPU: a graph's
- * replays against the operations of its capture, eager launches by
+ * replays against the operations of its capture (by graph node, through
+ * the instantiation's clones, and by start order where the node is not
+ * known), a branch that runs out of capture order, eager launches by
  * correlation id (the runtime's and the driver's beneath it), the bytes of
  * an operation's kernels part by part or on its longest kernel, the cache
  * rows growing with the step's position, the trunk's count against the
@@ -48,10 +50,39 @@ static void add_launch(x4_prof *p, uint32_t corr, int op, int step, int tmpl, bo
 	*l = (x4_prof_launch){ corr, op, step, tmpl, outer };
 }
 
-static void add_kernel(x4_prof *p, uint32_t corr, int name, uint64_t t0, uint64_t t1)
+/* node: the graph node CUPTI says ran it (0: none, an eager launch). */
+static void add_kernel(x4_prof *p, uint32_t corr, int name, uint64_t t0, uint64_t t1,
+		       uint64_t node)
 {
 	x4_prof_ev *ev = X4_PROF_PUSH(p, evs);
-	*ev = (x4_prof_ev){ t0, t1, corr, X4_PROF_EV_KERNEL, name, -1, -1, 0 };
+	*ev = (x4_prof_ev){ t0, t1, corr, X4_PROF_EV_KERNEL, name, -1, -1, 0, node };
+}
+
+/* A captured kernel: its operation and its node in the captured graph. */
+static void add_tkernel(x4_prof *p, int op, uint64_t node)
+{
+	*X4_PROF_PUSH(p, tmpl_kernels) = (x4_prof_tkernel){ op, node };
+}
+
+static void add_clone(x4_prof *p, uint64_t node, uint64_t orig)
+{
+	*X4_PROF_PUSH(p, clones) = (x4_prof_nodepair){ node, orig };
+}
+
+/* A GPU profile with kernel names kn[0..n), as CUPTI's records would
+ * leave it. */
+static x4_prof *new_prof(const char *const *kn, int n)
+{
+	x4_prof *p = calloc(1, sizeof *p);
+	pthread_mutex_init(&p->mu, NULL);
+	p->gpu = true;
+	p->cur_op = p->cur_ev = p->cur_step = p->last_tmpl = -1;
+	p->names = calloc((size_t)n, sizeof *p->names);
+	p->name_keys = calloc((size_t)n, sizeof *p->name_keys);
+	for (int i = 0; i < n; i++)
+		p->names[i] = strdup(kn[i]);
+	p->n_names = p->cap_names = (size_t)n;
+	return p;
 }
 
 static const x4_prof_row *find(const x4_prof_row *r, int n, const char *name, int cls)
@@ -62,20 +93,92 @@ static const x4_prof_row *find(const x4_prof_row *r, int n, const char *name, in
 	return NULL;
 }
 
+/* The node map alone: a captured node, a clone of it, a clone of that
+ * clone, ids nobody made, and a map that loops. */
+static void test_node_slot(void)
+{
+	x4_prof_nodepair slots[] = { { 11, 0 }, { 12, 1 }, { 30, 2 } }; /* sorted */
+	x4_prof_nodepair clones[] = { { 21, 11 }, { 22, 12 }, { 31, 21 }, { 40, 41 },
+				      { 41, 40 } };
+	struct {
+		uint64_t node;
+		int64_t want;
+	} cases[] = { { 11, 0 }, { 12, 1 }, { 30, 2 }, { 21, 0 }, { 22, 1 }, { 31, 0 },
+		      { 0, -1 }, { 99, -1 }, { 40, -1 } };
+	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+		int64_t got = x4_prof_node_slot(slots, 3, clones, 5, cases[i].node);
+		T_OK(got == cases[i].want, "prof.node_slot", "node %llu: slot %lld, want %lld",
+		     (unsigned long long)cases[i].node, (long long)got, (long long)cases[i].want);
+	}
+	T_OK(x4_prof_node_slot(NULL, 0, NULL, 0, 11) == -1, "prof.node_slot.empty",
+	     "a node found in empty maps");
+}
+
+/* A graph with a branch: the capture stream forks after `norm`, a small
+ * `side` kernel runs on the fork beside `attn`, and the join comes before
+ * `ffn`.  Capture order is norm, side, attn, ffn; the replay starts side
+ * after attn.  Step 0 replays with every node known (the exact match);
+ * step 1's records carry no node and run in capture order (the start-order
+ * fallback); step 2 carries one node nobody cloned (that record alone falls
+ * back to its place) and another through two clones. */
+static void test_branch(void)
+{
+	const char *kn[] = { "norm_kernel", "side_kernel", "attn_kernel", "ffn_kernel" };
+	x4_prof *p = new_prof(kn, 4);
+	int ops[] = {
+		add_op(p, X4_PC_NORM, "norm", 1, 10, 0, 0, 0, -1),
+		add_op(p, X4_PC_ROUTER, "side", 1, 20, 0, 0, 0, -1),
+		add_op(p, X4_PC_ATTN, "attn", 1, 30, 0, 0, 0, -1),
+		add_op(p, X4_PC_DENSE, "ffn", 1, 40, 0, 0, 0, -1),
+	};
+	/* Captured nodes 101..104; the instantiation's clones 201..204 (made
+	 * in another order than captured); 301 a clone of 201. */
+	for (int i = 0; i < 4; i++)
+		add_tkernel(p, ops[i], 101 + (uint64_t)i);
+	for (int i = 3; i >= 0; i--)
+		add_clone(p, 201 + (uint64_t)i, 101 + (uint64_t)i);
+	add_clone(p, 301, 201);
+	*X4_PROF_PUSH(p, tmpls) = (x4_prof_tmpl){ 0, 4, 4 };
+	/* Kernel i (capture order) starts at start[s][i] in step s. */
+	static const uint64_t start[3][4] = { { 100, 400, 200, 600 },
+					      { 100, 200, 300, 400 },
+					      { 100, 400, 200, 600 } };
+	static const uint64_t node[3][4] = { { 201, 202, 203, 204 },
+					     { 0, 0, 0, 0 },
+					     { 301, 202, 203, 999 } };
+	for (int s = 0; s < 3; s++) {
+		uint64_t base = 1000 * (uint64_t)s;
+		add_step(p, base, base + 900, 5 + s, true, 0);
+		add_launch(p, 50 + (uint32_t)s, -1, s, 0, true);
+		for (int i = 0; i < 4; i++)
+			add_kernel(p, 50 + (uint32_t)s, i, base + start[s][i],
+				   base + start[s][i] + 50, node[s][i]);
+	}
+	x4_prof_result r;
+	x4_err e = { 0 };
+	int rc = x4_prof_finish(p, &r, &e);
+	T_OK(rc == 0, "prof.branch.finish", "%s", e.msg);
+	if (!rc) {
+		static const int cls[] = { X4_PC_NORM, X4_PC_ROUTER, X4_PC_ATTN, X4_PC_DENSE };
+		for (int i = 0; i < 4; i++) {
+			const x4_prof_row *k = find(r.kernels, r.n_kernels, kn[i], cls[i]);
+			T_OK(k && k->launches == 1 && k->bytes == 10.0 * (i + 1), "prof.branch.node",
+			     "%s: %s", kn[i], k ? "launches or bytes wrong" : "not its operation's");
+		}
+		T_OK(r.n_kernels == 4 && r.s.unattributed == 0 && r.s.mismatched_steps == 0,
+		     "prof.branch.rows", "%d kernel rows (want 4), %lld unattributed",
+		     r.n_kernels, (long long)r.s.unattributed);
+	}
+	x4_prof_free(p);
+}
+
 int main(void)
 {
-	x4_prof *p = calloc(1, sizeof *p);
-	pthread_mutex_init(&p->mu, NULL);
-	p->gpu = true;
-	p->cur_op = p->cur_ev = p->cur_step = p->last_tmpl = -1;
+	test_node_slot();
+	test_branch();
+
 	const char *kn[] = { "gate_kernel", "gu_kernel", "down_kernel", "attn_kernel", "combine" };
-	for (int i = 0; i < 5; i++) {
-		p->names = realloc(p->names, sizeof *p->names * (size_t)(i + 1));
-		p->name_keys = realloc(p->name_keys, sizeof *p->name_keys * (size_t)(i + 1));
-		p->names[i] = strdup(kn[i]);
-		p->name_keys[i] = NULL;
-	}
-	p->n_names = p->cap_names = 5;
+	x4_prof *p = new_prof(kn, 5);
 
 	/* Step 0 (a warm-up) captured a graph of three operations and five
 	 * kernels; steps 1 and 2 replay it at positions 10 and 11 (the
@@ -86,8 +189,10 @@ int main(void)
 	int x = add_op(p, X4_PC_EXPERTS, "experts", 2, 60, 30, 0, 0, 0);
 	int a = add_op(p, X4_PC_ATTN, "attend", 1, 0, 0, 10, 1, 0);
 	int tmpl_ops[] = { g, x, x, a, a };
-	for (int i = 0; i < 5; i++)
-		*X4_PROF_PUSH(p, tmpl_ops) = tmpl_ops[i];
+	for (int i = 0; i < 5; i++) {
+		add_tkernel(p, tmpl_ops[i], 1001 + (uint64_t)i);
+		add_clone(p, 2001 + (uint64_t)i, 1001 + (uint64_t)i);
+	}
 	x4_prof_tmpl *tp = X4_PROF_PUSH(p, tmpls);
 	*tp = (x4_prof_tmpl){ 0, 5, 5 };
 	add_step(p, 2000, 3000, 10, true, 0);
@@ -96,13 +201,15 @@ int main(void)
 	add_launch(p, 21, -1, 1, 0, false); /* the driver's cuGraphLaunch inside */
 	add_launch(p, 40, -1, 2, 0, true);
 	/* The driver's id on the replay's records in step 1, the runtime's in 2;
-	 * delivered out of order, as buffers may be. */
+	 * delivered out of order, as buffers may be.  Step 1's records name
+	 * their nodes; step 2's do not (matched by start order). */
 	int names[] = { 0, 1, 2, 3, 4 };
 	uint64_t dur[] = { 10, 40, 20, 50, 5 };
 	for (int s = 1; s <= 2; s++)
 		for (int i = 4; i >= 0; i--) {
 			uint64_t t0 = (uint64_t)s * 2000 + 100 + (uint64_t)i * 100;
-			add_kernel(p, s == 1 ? 21 : 40, names[i], t0, t0 + dur[i]);
+			add_kernel(p, s == 1 ? 21 : 40, names[i], t0, t0 + dur[i],
+				   s == 1 ? 2001 + (uint64_t)i : 0);
 		}
 	add_step(p, 6000, 7000, 12, true, 5);
 	int g3 = add_op(p, X4_PC_HC, "gate", 1, 100, 0, 0, 0, 3);
@@ -113,10 +220,10 @@ int main(void)
 		add_launch(p, (uint32_t)(60 + 2 * i), ops3[i], 3, -1, true);
 		add_launch(p, (uint32_t)(61 + 2 * i), ops3[i], 3, -1, false);
 		uint64_t t0 = 6100 + (uint64_t)i * 100;
-		add_kernel(p, (uint32_t)(60 + 2 * i + (i & 1)), names[i], t0, t0 + dur[i]);
+		add_kernel(p, (uint32_t)(60 + 2 * i + (i & 1)), names[i], t0, t0 + dur[i], 0);
 	}
 	/* One kernel no launch we saw (a library's), in step 3. */
-	add_kernel(p, 999, 0, 6800, 6810);
+	add_kernel(p, 999, 0, 6800, 6810, 0);
 
 	x4_prof_result r;
 	x4_err e = { 0 };

@@ -5,9 +5,13 @@
  *
  * Every kernel record is tied to the operation that launched it: an eager
  * launch through its correlation id; a replayed graph's kernels, which all
- * carry the graph launch's id, by their order in that replay against the
- * operations collected while the graph was captured (one stream: a chain,
- * so start order is capture order).  An operation's bytes go to its kernels
+ * carry the graph launch's id, through the graph node each ran.  CUPTI names
+ * the instantiated graph's node, a clone of the node the capture made for
+ * one launch, and that launch's operation was collected in capture order
+ * (lib/prof/prof_cupti.c).  A record whose node we never heard of takes the
+ * operation at its place in the replay's start order instead: right only
+ * while the graph is a chain, where start order is capture order; a branch
+ * (a forked capture stream) breaks it.  An operation's bytes go to its kernels
  * part by part when it launched as many kernels as it listed parts, else
  * all to its longest kernel.
  */
@@ -124,8 +128,9 @@ void x4_prof_free(x4_prof *p)
 	free(p->evs);
 	free(p->apis);
 	free(p->launches);
-	free(p->tmpl_ops);
+	free(p->tmpl_kernels);
 	free(p->tmpls);
+	free(p->clones);
 	free(p->rows);
 	pthread_mutex_destroy(&p->mu);
 	free(p);
@@ -143,6 +148,35 @@ static const x4_prof_launch *find_launch(const x4_prof *p, uint32_t corr)
 {
 	x4_prof_launch key = { .corr = corr };
 	return bsearch(&key, p->launches, p->n_launches, sizeof key, cmp_launch);
+}
+
+int x4_prof_cmp_node(const void *a, const void *b)
+{
+	uint64_t x = ((const x4_prof_nodepair *)a)->node, y = ((const x4_prof_nodepair *)b)->node;
+	return (x > y) - (x < y);
+}
+
+static const x4_prof_nodepair *find_node(const x4_prof_nodepair *v, size_t n, uint64_t node)
+{
+	x4_prof_nodepair key = { .node = node };
+	return n ? bsearch(&key, v, n, sizeof key, x4_prof_cmp_node) : NULL;
+}
+
+int64_t x4_prof_node_slot(const x4_prof_nodepair *slots, size_t n_slots,
+			  const x4_prof_nodepair *clones, size_t n_clones, uint64_t node)
+{
+	/* A graph instantiated from a clone of the captured one would add a
+	 * link; ids are unique, but the bound keeps a bad map from looping. */
+	for (size_t hops = 0; node && hops <= n_clones; hops++) {
+		const x4_prof_nodepair *s = find_node(slots, n_slots, node);
+		if (s)
+			return (int64_t)s->to;
+		const x4_prof_nodepair *c = find_node(clones, n_clones, node);
+		if (!c)
+			break;
+		node = c->to;
+	}
+	return -1;
 }
 
 /* The step whose bracket holds t (a copy outside any launch we saw). */
@@ -184,6 +218,40 @@ static int cmp_step_t0(const void *a, const void *b)
 	return (x->t0 > y->t0) - (x->t0 < y->t0);
 }
 
+/* The operations of the replays' kernel records, ix[0..n) by replay then
+ * start: a record's node names its captured kernel exactly; a record whose
+ * node is not known takes the kernel at its place in the replay. */
+static int match_replays(x4_prof *p, const size_t *ix, size_t n, x4_err *e)
+{
+	size_t n_slots = 0;
+	for (size_t i = 0; i < p->n_tmpl_kernels; i++)
+		n_slots += p->tmpl_kernels[i].node != 0;
+	x4_prof_nodepair *slots = malloc((n_slots ? n_slots : 1) * sizeof *slots);
+	if (!slots)
+		return x4_err_set(e, X4_ENOMEM, "out of memory tabulating the profile");
+	n_slots = 0;
+	for (size_t i = 0; i < p->n_tmpl_kernels; i++)
+		if (p->tmpl_kernels[i].node)
+			slots[n_slots++] = (x4_prof_nodepair){ p->tmpl_kernels[i].node, i };
+	qsort(slots, n_slots, sizeof *slots, x4_prof_cmp_node);
+	qsort(p->clones, p->n_clones, sizeof *p->clones, x4_prof_cmp_node);
+	for (size_t i = 0; i < n;) {
+		uint32_t corr = p->evs[ix[i]].corr;
+		const x4_prof_tmpl *tp = &p->tmpls[find_launch(p, corr)->tmpl];
+		for (size_t j = 0; i < n && p->evs[ix[i]].corr == corr; i++, j++) {
+			x4_prof_ev *ev = &p->evs[ix[i]];
+			int64_t s = x4_prof_node_slot(slots, n_slots, p->clones, p->n_clones,
+						      ev->node);
+			if (s >= 0)
+				ev->op = p->tmpl_kernels[s].op;
+			else if (j < tp->n)
+				ev->op = p->tmpl_kernels[tp->first + j].op;
+		}
+	}
+	free(slots);
+	return 0;
+}
+
 /* GPU: each record's step and operation. */
 static int resolve(x4_prof *p, x4_err *e)
 {
@@ -199,7 +267,8 @@ static int resolve(x4_prof *p, x4_err *e)
 		else if (l && l->tmpl >= 0 && ev->kind == X4_PROF_EV_KERNEL)
 			n_graph++;
 	}
-	/* A replay's kernels in start order against its template. */
+	/* A replay's kernels together, in start order for those whose node is
+	 * not known. */
 	size_t *ix = malloc((n_graph ? n_graph : 1) * sizeof *ix);
 	if (!ix)
 		return x4_err_set(e, X4_ENOMEM, "out of memory tabulating the profile");
@@ -211,15 +280,10 @@ static int resolve(x4_prof *p, x4_err *e)
 	}
 	g_sort = p;
 	qsort(ix, n_graph, sizeof *ix, cmp_graph_ev);
-	for (size_t i = 0; i < n_graph;) {
-		uint32_t corr = p->evs[ix[i]].corr;
-		const x4_prof_tmpl *tp = &p->tmpls[find_launch(p, corr)->tmpl];
-		size_t j = 0;
-		for (; i < n_graph && p->evs[ix[i]].corr == corr; i++, j++)
-			if (j < tp->n)
-				p->evs[ix[i]].op = p->tmpl_ops[tp->first + j];
-	}
+	int rc = match_replays(p, ix, n_graph, e);
 	free(ix);
+	if (rc)
+		return rc;
 	/* What the trunk enqueued in a graphed step: its graph's kernel nodes. */
 	for (size_t i = 0; i < p->n_launches; i++) {
 		const x4_prof_launch *l = &p->launches[i];

@@ -14,6 +14,13 @@
  * stream capture's begin and end they collect the operations of the graph's
  * kernels in capture order (the template a replay is matched against).
  *
+ * Resource callbacks name the graph nodes.  A launch being captured creates
+ * its kernel's node (GRAPHNODE_CREATED, inside the launch's callbacks), and
+ * instantiation clones every node into the executable graph
+ * (GRAPHNODE_CLONED: the clone and its original).  A replayed kernel's
+ * record carries the clone's id, so clone -> original -> the launch that
+ * made it gives its operation whatever order the replay ran its branches in.
+ *
  * CUPTI is process-wide: one profiler at a time.
  */
 #include "prof_int.h"
@@ -152,7 +159,7 @@ static void CUPTIAPI buf_request(uint8_t **buf, size_t *size, size_t *max_record
 }
 
 static void add_ev(x4_prof *p, int kind, uint64_t t0, uint64_t t1, uint32_t corr, int name,
-		   uint64_t bytes)
+		   uint64_t bytes, uint64_t node)
 {
 	x4_prof_ev *ev = X4_PROF_PUSH(p, evs);
 	if (!ev)
@@ -165,6 +172,7 @@ static void add_ev(x4_prof *p, int kind, uint64_t t0, uint64_t t1, uint32_t corr
 	ev->op = -1;
 	ev->step = -1;
 	ev->bytes = bytes;
+	ev->node = node;
 }
 
 static void CUPTIAPI buf_complete(CUcontext ctx, uint32_t stream, uint8_t *buf, size_t size,
@@ -179,15 +187,15 @@ static void CUPTIAPI buf_complete(CUcontext ctx, uint32_t stream, uint8_t *buf, 
 			    r->kind == CUPTI_ACTIVITY_KIND_KERNEL) {
 				const CUpti_ActivityKernel10 *k = (const void *)r;
 				add_ev(p, X4_PROF_EV_KERNEL, k->start, k->end, k->correlationId,
-				       intern(p, k->name), 0);
+				       intern(p, k->name), 0, k->graphNodeId);
 			} else if (r->kind == CUPTI_ACTIVITY_KIND_MEMCPY) {
 				const CUpti_ActivityMemcpy6 *m = (const void *)r;
 				add_ev(p, X4_PROF_EV_MEMCPY, m->start, m->end, m->correlationId, -1,
-				       m->bytes);
+				       m->bytes, 0);
 			} else if (r->kind == CUPTI_ACTIVITY_KIND_MEMSET) {
 				const CUpti_ActivityMemset4 *m = (const void *)r;
 				add_ev(p, X4_PROF_EV_MEMSET, m->start, m->end, m->correlationId, -1,
-				       m->bytes);
+				       m->bytes, 0);
 			}
 		}
 		size_t dropped = 0;
@@ -198,9 +206,9 @@ static void CUPTIAPI buf_complete(CUcontext ctx, uint32_t stream, uint8_t *buf, 
 	free(buf);
 }
 
-/* ---- runtime-API callbacks ---- */
+/* ---- runtime-API and resource callbacks ---- */
 
-enum { C_NONE, C_LAUNCH, C_GRAPH, C_CAP_BEGIN, C_CAP_END, C_SUBMIT, C_SYNC };
+enum { C_NONE, C_LAUNCH, C_GRAPH, C_CAP_BEGIN, C_CAP_END, C_SUBMIT, C_SYNC, C_NODE, C_CLONE };
 
 /* A kernel record carries the correlation id of the call that launched it:
  * the runtime's, or the driver call beneath it (CUPTI's headers allow
@@ -208,6 +216,7 @@ enum { C_NONE, C_LAUNCH, C_GRAPH, C_CAP_BEGIN, C_CAP_END, C_SUBMIT, C_SYNC };
  * is one launch. */
 #define CB(x) CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_##x
 #define CD(x) CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_##x
+#define CR(x) CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_##x
 static const struct {
 	CUpti_CallbackDomain dom;
 	CUpti_CallbackId id;
@@ -247,9 +256,12 @@ static const struct {
 	{ CB(cudaStreamSynchronize_ptsz_v7000), C_SYNC },
 	{ CB(cudaDeviceSynchronize_v3020), C_SYNC },
 	{ CB(cudaEventSynchronize_v3020), C_SYNC },
+	{ CR(GRAPHNODE_CREATED), C_NODE },
+	{ CR(GRAPHNODE_CLONED), C_CLONE },
 };
 #undef CB
 #undef CD
+#undef CR
 
 static int cb_class(CUpti_CallbackDomain dom, CUpti_CallbackId id)
 {
@@ -282,9 +294,9 @@ static void api_enter(x4_prof *p, int cls, const CUpti_CallbackData *d)
 		if (p->cur_op >= 0)
 			p->ops[p->cur_op].launches++;
 		if (p->capturing) {
-			int *slot = X4_PROF_PUSH(p, tmpl_ops);
+			x4_prof_tkernel *slot = X4_PROF_PUSH(p, tmpl_kernels);
 			if (slot)
-				*slot = p->cur_op;
+				slot->op = p->cur_op; /* its node comes while it is captured */
 		} else if (p->cur_step >= 0) {
 			p->steps[p->cur_step].enqueued++;
 		}
@@ -294,7 +306,7 @@ static void api_enter(x4_prof *p, int cls, const CUpti_CallbackData *d)
 		break;
 	case C_CAP_BEGIN:
 		p->capturing = true;
-		p->capture_first = p->n_tmpl_ops;
+		p->capture_first = p->n_tmpl_kernels;
 		break;
 	default:
 		break;
@@ -310,7 +322,7 @@ static void api_exit(x4_prof *p, int cls, const CUpti_CallbackData *d, uint64_t 
 		x4_prof_tmpl *tp = X4_PROF_PUSH(p, tmpls);
 		if (tp) {
 			tp->first = p->capture_first;
-			tp->n = p->n_tmpl_ops - p->capture_first;
+			tp->n = p->n_tmpl_kernels - p->capture_first;
 			tp->nodes = -1;
 			p->last_tmpl = (int)(p->n_tmpls - 1);
 		}
@@ -333,17 +345,46 @@ static void api_exit(x4_prof *p, int cls, const CUpti_CallbackData *d, uint64_t 
 	}
 }
 
+/* A kernel node created or cloned.  Only kernels count: the event record
+ * and wait nodes of a forked capture stream, and copies and fills, have no
+ * operation and no kernel record. */
+static void on_node(x4_prof *p, int cls, const CUpti_GraphData *g)
+{
+	uint64_t node = 0, orig = 0;
+	if (!g || !g->node || g->nodeType != CU_GRAPH_NODE_TYPE_KERNEL ||
+	    cuptiGetGraphNodeId(g->node, &node) != CUPTI_SUCCESS)
+		return;
+	if (cls == C_NODE) {
+		/* The node of the launch being captured, the last one collected.
+		 * Instantiation creates nodes too (its clones), outside any launch
+		 * and after the capture ended. */
+		if (!p->capturing || p->launch_depth == 0 || p->n_tmpl_kernels == p->capture_first)
+			return;
+		x4_prof_tkernel *k = &p->tmpl_kernels[p->n_tmpl_kernels - 1];
+		if (!k->node)
+			k->node = node;
+	} else if (g->originalNode && cuptiGetGraphNodeId(g->originalNode, &orig) == CUPTI_SUCCESS) {
+		x4_prof_nodepair *c = X4_PROF_PUSH(p, clones);
+		if (c)
+			*c = (x4_prof_nodepair){ node, orig };
+	}
+}
+
 static void CUPTIAPI on_api(void *ud, CUpti_CallbackDomain dom, CUpti_CallbackId id,
 			    const void *cbdata)
 {
 	x4_prof *p = ud;
-	if ((dom != CUPTI_CB_DOMAIN_RUNTIME_API && dom != CUPTI_CB_DOMAIN_DRIVER_API) ||
-	    p != g_prof)
+	if (p != g_prof)
 		return;
-	const CUpti_CallbackData *d = cbdata;
 	int cls = cb_class(dom, id);
+	if (cls == C_NODE || cls == C_CLONE) {
+		const CUpti_ResourceData *r = cbdata;
+		on_node(p, cls, r->resourceDescriptor);
+		return;
+	}
 	if (cls == C_NONE)
 		return;
+	const CUpti_CallbackData *d = cbdata;
 	uint64_t t = x4_prof_cupti_now();
 	if (d->callbackSite == CUPTI_API_ENTER) {
 		*d->correlationData = t;
@@ -382,7 +423,7 @@ int x4_prof_cupti_start(x4_prof *p, x4_err *e)
 	}
 	for (size_t i = 0; i < X4_ARRAY_LEN(cbids) && !rc; i++)
 		rc = cupti_check(cuptiEnableCallback(1, g_sub, cbids[i].dom, cbids[i].id),
-				 "enable a launch callback", e);
+				 "enable a launch or graph node callback", e);
 	for (size_t i = 0; i < X4_ARRAY_LEN(kinds) && !rc; i++)
 		rc = cupti_check(cuptiActivityEnable(kinds[i]), "enable the activity records", e);
 	if (rc) {
