@@ -413,9 +413,10 @@ static void print_summary(const x4_prof_summary *s, const double *unprof, double
 		x4t_outf("\"bytes_step\":null,");
 	x4t_outf("\"unprofiled_us\":%.3f,\"unprofiled_median_us\":%.3f,\"unprofiled_min_us\":%.3f,"
 		 "\"unprofiled_max_us\":%.3f,\"overhead_pct\":%.2f,\"ceiling_gbps\":%.1f,"
-		 "\"cupti_dropped\":%llu}\n", unprof[0], unprof[1], unprof[2], unprof[3],
+		 "\"cupti_dropped\":%llu,\"graph_kernels\":%lld,\"graph_by_node\":%lld}\n", unprof[0],
+		 unprof[1], unprof[2], unprof[3],
 		 unprof[0] > 0 ? 100 * (s->wall_us - unprof[0]) / unprof[0] : 0.0, ceiling,
-		 (unsigned long long)s->dropped);
+		 (unsigned long long)s->dropped, (long long)s->graph_kernels, (long long)s->by_node);
 }
 
 int main(int argc, char **argv)
@@ -540,6 +541,10 @@ int main(int argc, char **argv)
 			 o.samp.temperature, o.samp.top_k, o.samp.top_p,
 			 (unsigned long long)o.samp.seed);
 		x4t_warn("read ceiling %.1f GB/s (%s)", ceiling, cdesc);
+		if (res.s.graph_kernels)
+			x4t_warn("graph replays: %lld kernels, %lld matched to their capture by graph node, "
+				 "the rest by start order", (long long)res.s.graph_kernels,
+				 (long long)res.s.by_node);
 		x4t_warn("step %.3f ms profiled, %.3f ms unprofiled (means of %ld; medians %.3f and "
 			 "%.3f ms): the profile adds %+.1f%%", res.s.wall_us / 1e3, unprof[0] / 1e3,
 			 o.steps, res.s.wall_median_us / 1e3, unprof[1] / 1e3,

@@ -52,7 +52,9 @@
  * activation), so that it is not queued behind the weights (x loaded
  * after the weights' copies instead cost 0.8%: bench/RESULTS.md 35); the dense
  * products issue their weights before the wait (pdl.cuh) and load x after
- * it.  The warp builds its B fragments in shared memory, runs the MMAs
+ * it, and so do the shared expert's gate and up, a dense column of blocks
+ * in the routed experts' launch (one launch fewer a MoE layer; its blocks
+ * stream while the routed ones wait for the route table).  The warp builds its B fragments in shared memory, runs the MMAs
  * group by group, and the warps' per-row sums are added through shared
  * memory in warp order (no atomics: the same bits every run); the block's
  * epilogue writes the SwiGLU product, the plain sum or the weighted top-k
@@ -679,14 +681,19 @@ __device__ __forceinline__ void zero_fill(uint32_t *zero)
  * whole k over its warps (k = warps * NG * 256).  MOE: grid (tiles, f/16),
  * the tile's expert and route from the table (one route a tile), x of the
  * route's token, h rows in route-table order as x4k_moe_experts writes
- * them; else grid n/16, w0/w1 the matrices. */
+ * them; with s0 set, one more column of blocks (the grid's last) is the
+ * shared expert's gate and up of the one token, a dense block of the same
+ * shape (its weights before the wait), into sy; else grid n/16, w0/w1 the
+ * matrices. */
 struct rows_args {
 	const uint8_t *w0, *w1; /* [n][k] (MOE: [n_expert][n][k]) */
 	const float *x;         /* [k] (MOE: [n_tok][k]) */
 	float *y;               /* [n] (MOE: [routes][n]) */
 	int n, k;
-	x4k_moe_routes r; /* MOE only */
-	bool blk;         /* stage_block (x4k_tc_copy_get), else each warp its own slice */
+	x4k_moe_routes r;       /* MOE only */
+	const uint8_t *s0, *s1; /* MOE only, may be NULL: the shared expert's gate and up, [n][k] */
+	float *sy;              /* its SwiGLU product, [n] */
+	bool blk;               /* stage_block (x4k_tc_copy_get), else each warp its own slice */
 };
 
 constexpr int MAX_THREADS = 32 * 20; /* the fused down of f 1024 in ranges of one group: 5 x 4 warps */
@@ -707,7 +714,10 @@ tc_rows_kernel(rows_args a)
 	const size_t xoff = (size_t)warp * NG * GROUP_QB * 32;
 	float *y = a.y;
 	typename CORE::template build<NG> bb;
-	if constexpr (MOE) { /* the table is an activation: wait first */
+	/* a routed tile's block (else a dense one: the shared expert's in an MOE grid) */
+	const bool routed = MOE && !(a.s0 && blockIdx.x == gridDim.x - 1);
+	const uint8_t *base[2] = { MOE ? a.s0 : a.w0, MOE ? a.s1 : a.w1 }; /* the block's matrices */
+	if (routed) { /* the table is an activation: wait first */
 		x4p::trigger();
 		x4p::wait();
 		const int m = blockIdx.x;
@@ -715,28 +725,25 @@ tc_rows_kernel(rows_args a)
 			return;
 		const int ex = a.r.tile_expert[m], start = a.r.tile_start[m];
 		stage_x<NG>(cv.x, a.x + (size_t)(a.r.route[start] / a.r.k) * a.k + xoff, lane);
-		const size_t ko = a.blk ? 0 : koff;
-		const uint8_t *const rows0[MT] = { a.w0 + ((size_t)ex * a.n + row0) * rb + ko,
-						   a.w1 + ((size_t)ex * a.n + row0) * rb + ko };
-		if (a.blk) {
-			stage_block<MT, NG>(sm, smem_words<MT, NG>::WARP, 0, rows0, rb);
-			cp_async_commit();
-		} else {
-			stage<MT, NG>(cv.w, rows0, rb, lane);
-		}
+		base[0] = a.w0 + (size_t)ex * a.n * rb;
+		base[1] = a.w1 + (size_t)ex * a.n * rb;
 		y += (size_t)start * a.n;
-	} else { /* the weights before the wait: they do not depend on it */
-		const size_t ko = a.blk ? 0 : koff;
-		const uint8_t *rows0[MT];
-		rows0[0] = a.w0 + (size_t)row0 * rb + ko;
-		if constexpr (MT > 1)
-			rows0[MT - 1] = a.w1 + (size_t)row0 * rb + ko;
-		if (a.blk) {
-			stage_block<MT, NG>(sm, smem_words<MT, NG>::WARP, 0, rows0, rb);
-			cp_async_commit();
-		} else {
-			stage<MT, NG>(cv.w, rows0, rb, lane);
-		}
+	} else if constexpr (MOE) {
+		y = a.sy;
+	}
+	/* a dense block's weights before the wait: they do not depend on it */
+	const size_t ko = a.blk ? 0 : koff;
+	const uint8_t *rows0[MT];
+#pragma unroll
+	for (int mt = 0; mt < MT; mt++)
+		rows0[mt] = base[mt] + (size_t)row0 * rb + ko;
+	if (a.blk) {
+		stage_block<MT, NG>(sm, smem_words<MT, NG>::WARP, 0, rows0, rb);
+		cp_async_commit();
+	} else {
+		stage<MT, NG>(cv.w, rows0, rb, lane);
+	}
+	if (!routed) {
 		x4p::trigger();
 		x4p::wait();
 		/* x after the weights, of necessity: loaded directly, since a copy
@@ -744,7 +751,7 @@ tc_rows_kernel(rows_args a)
 		bb.load(a.x + xoff, lane);
 	}
 	zero_fill<NG>(cv.zero);
-	if constexpr (MOE) {
+	if (routed) {
 		if (a.blk)
 			cp_async_wait_n(1); /* x's copy, the older group */
 		else
@@ -968,14 +975,18 @@ static bool gemv_swiglu(const void *wg, const void *wu, int n, int k, const floa
 }
 
 /* The routed experts' gate and up with the SwiGLU product (x4k_moe_experts'
- * h: route-table row start of each tile, [f] each), tiles of one route. */
+ * h: route-table row start of each tile, [f] each), tiles of one route;
+ * with sgate, one token's shared expert too (its gate and up [f][d], its
+ * product into sh): one more column of blocks. */
 template <class CORE, int NG>
 static bool moe_gu(const x4k_moe_routes *r, const float *x, int d, int f, const void *gate, const void *up,
-		   float *h, cudaStream_t s, bool run = true)
+		   float *h, const void *sgate, const void *sup, float *sh, cudaStream_t s, bool run = true)
 {
 	static std::atomic<size_t> set[64];
 	if (!shape_ok<NG>(f, d, 1, gate, x) || ((uintptr_t)up & 15) || (r->tile != 1 && r->n_tok != 1) ||
 	    r->max_tiles < 1)
+		return false;
+	if (sgate && (!sup || !sh || r->n_tok != 1 || ((uintptr_t)sgate & 15) || ((uintptr_t)sup & 15)))
 		return false;
 	const int nw = d / (NG * GROUP_QB * 32);
 	const size_t bytes = smem_words<2, NG>::of(nw) * 4;
@@ -986,9 +997,10 @@ static bool moe_gu(const x4k_moe_routes *r, const float *x, int d, int f, const 
 	rows_args a = {};
 	a.w0 = static_cast<const uint8_t *>(gate), a.w1 = static_cast<const uint8_t *>(up);
 	a.x = x, a.y = h, a.n = f, a.k = d, a.r = *r;
+	a.s0 = static_cast<const uint8_t *>(sgate), a.s1 = static_cast<const uint8_t *>(sup), a.sy = sh;
 	a.blk = x4k_tc_copy_get();
-	x4p::launch(tc_rows_kernel<CORE, 2, NG, true>, dim3((unsigned)r->max_tiles, f / ROWS), dim3(32 * nw), bytes, s,
-		    a);
+	x4p::launch(tc_rows_kernel<CORE, 2, NG, true>, dim3((unsigned)r->max_tiles + (sgate ? 1u : 0u), f / ROWS),
+		    dim3(32 * nw), bytes, s, a);
 	return true;
 }
 
@@ -1032,16 +1044,17 @@ static bool lib_gemv_swiglu(const void *wg, const void *wu, int n, int k, const 
 }
 
 /* One token's MoE, both launches or neither (h: the gate/up rows the down
- * reads, x4k_moe_experts' workspace). */
+ * reads, x4k_moe_experts' workspace; sgate NULL: sh holds the shared
+ * expert's product already, else the first launch forms it). */
 template <class CORE = core8>
 static bool lib_moe_sum(const x4k_moe_routes *r, const float *x, int d, int f, const void *gate,
-			       const void *up, const void *down, float *h, const void *sdown, const float *sh,
-			       float *y, cudaStream_t s)
+			       const void *up, const void *down, float *h, const void *sgate, const void *sup,
+			       const void *sdown, float *sh, float *y, cudaStream_t s)
 {
-	if (!moe_gu<CORE, 1>(r, x, d, f, gate, up, h, s, false) ||
+	if (!moe_gu<CORE, 1>(r, x, d, f, gate, up, h, sgate, sup, sh, s, false) ||
 	    !moe_down_sum<CORE, 1>(r, d, f, down, h, sdown, sh, y, s, false))
 		return false;
-	moe_gu<CORE, 1>(r, x, d, f, gate, up, h, s);
+	moe_gu<CORE, 1>(r, x, d, f, gate, up, h, sgate, sup, sh, s);
 	moe_down_sum<CORE, 1>(r, d, f, down, h, sdown, sh, y, s);
 	return true;
 }

@@ -16,8 +16,13 @@
  * does the coefficients on one warp (x4c::hc_coef_warp: a lane an element
  * of the 4x4) while its other warps do the collapse, which needs
  * only pre, and then (x4k_hc_pre_norm) the sublayer's RMSNorm of x, which
- * saves the norm's launch.  Prefill-sized calls use one block a token
- * (hc_fused_kernel; the norm then runs as its own launch).
+ * saves the norm's launch.  With a side stream (x4k_hc_pre_norm's side,
+ * the decode step's) the coefficients leave the gate's launch: its warp 0
+ * writes the normalised dots and hc_coef_kernel finishes them on the side
+ * stream, off the chain of launches (the Sinkhorn was ~1.9 us of every
+ * gate; the step 1.04x faster: bench/RESULTS.md 36).  Prefill-sized calls
+ * use one block a token (hc_fused_kernel; the norm then runs as its own
+ * launch).
  *
  * The eager path does the same arithmetic in separate launches (update, RMS,
  * projection, coefficients, collapse): the lever x4-bench-abab prices.
@@ -131,19 +136,27 @@ __device__ __forceinline__ void hc_collapse_at(const float *pre, const float (&h
  * collapse threads' sums of squares in a fixed order (warp trees, then the
  * warps in order, over a named barrier that warp 0, busy with the
  * Sinkhorn, does not join), then xh = (x * inv) * gain, x and gain from
- * registers.  blockDim.x is HC_THREADS. */
+ * registers.  With mdefer, warp 0 leaves the token's normalised
+ * projections there instead (hc_coef_kernel finishes the coefficients on
+ * a side stream: x4k_hc_pre_norm's side).  blockDim.x is HC_THREADS. */
 template <int NHC, int VEC>
 __device__ __forceinline__ void hc_finish(const x4k_hc_cfg &c, int tok, const float *s_tot,
 					  float *s_m, const float *__restrict__ base,
 					  const float *__restrict__ scale, const float *Hsrc,
 					  float *__restrict__ x, float *__restrict__ coef,
-					  const hc_tail<NHC, VEC> &t, const hc_norm_args &nm)
+					  const hc_tail<NHC, VEC> &t, const hc_norm_args &nm,
+					  float *__restrict__ mdefer = nullptr)
 {
 	constexpr int NC = NHC * (2 + NHC);
 	const int D = c.D, tid = threadIdx.x, step = (HC_THREADS - 32) * VEC;
 	const size_t K = (size_t)NHC * D;
 	const float inv = 1.0f / sqrtf(s_tot[NC] / (float)K + c.rms_eps);
 	if (tid < 32) {
+		if (mdefer) {
+			for (int i = tid; i < NC; i += 32)
+				mdefer[(size_t)tok * NC + i] = s_tot[i] * inv;
+			return;
+		}
 		for (int i = tid; i < NC; i += 32)
 			s_m[i] = s_tot[i] * inv;
 		__syncwarp();
@@ -325,7 +338,8 @@ hc_split_kernel(x4k_hc_cfg c, const float *H, const uint16_t *__restrict__ fn,
 		const float *__restrict__ base, const float *__restrict__ scale,
 		const float *__restrict__ y_prev, const float *__restrict__ coef_prev,
 		float *H_out, float *__restrict__ x, float *__restrict__ coef, float *part,
-		unsigned *count, const float *__restrict__ gain, float norm_eps, float *__restrict__ xh)
+		unsigned *count, const float *__restrict__ gain, float norm_eps, float *__restrict__ xh,
+		float *__restrict__ mdefer)
 {
 	constexpr int NC = NHC * (2 + NHC), NR = NC + 1, NW = HC_THREADS / 32;
 	constexpr int RPW = (NC + NW - 1) / NW; /* rows a warp */
@@ -473,7 +487,8 @@ hc_split_kernel(x4k_hc_cfg c, const float *H, const uint16_t *__restrict__ fn,
 	__syncthreads();
 	hc_norm_args nm;
 	nm.gain = gain, nm.eps = norm_eps, nm.xh = xh, nm.red = s_nred;
-	hc_finish<NHC, VEC4 ? 2 : 1>(c, tok, s_tot, s_m, base, scale, y_prev ? Ho : Ht, x, coef, tl, nm);
+	hc_finish<NHC, VEC4 ? 2 : 1>(c, tok, s_tot, s_m, base, scale, y_prev ? Ho : Ht, x, coef, tl, nm,
+				     mdefer);
 }
 
 /* ---- the eager path ---- */
@@ -579,15 +594,22 @@ int check_cfg(const x4k_hc_cfg *c, int n_tok, const char *who, x4_err *e)
 static int hc_pre(const x4k_hc_cfg *c, int n_tok, const float *H, const uint16_t *fn,
 		  const float *base, const float *scale, const float *y_prev, const float *coef_prev,
 		  float *H_out, float *x, float *coef, bool eager, void *ws, size_t ws_bytes,
-		  const float *gain, float norm_eps, float *xh, bool *normed, cudaStream_t st,
-		  x4_err *e)
+		  const float *gain, float norm_eps, float *xh, bool *normed, const x4k_side *side,
+		  cudaStream_t st, x4_err *e)
 {
 	*normed = false;
+	/* with a side stream, `done` is recorded on every path that returns 0:
+	 * after the coefficients, wherever they were formed */
+	auto done_here = [&](int rc) {
+		if (!rc && side)
+			rc = x4_cuda_check(cudaEventRecord(side->done, st), "x4k_hc_pre_norm: side event", e);
+		return rc;
+	};
 	int rc = check_cfg(c, n_tok, "x4k_hc_pre", e);
 	if (rc)
 		return rc;
 	if (n_tok == 0)
-		return 0;
+		return done_here(0);
 	if (!H || !fn || !base || !scale || !x || !coef || !ws ||
 	    (y_prev && (!coef_prev || !H_out)))
 		return x4_err_set(e, X4_EINVAL, "x4k_hc_pre: NULL buffer");
@@ -624,12 +646,14 @@ static int hc_pre(const x4k_hc_cfg *c, int n_tok, const float *H, const uint16_t
 		X4C_NHC_SWITCH(c->n_hc, NHC,
 			hc_collapse_kernel<NHC><<<dim3((D + 255) / 256, n_tok), 256, 0, st>>>(
 				D, Hs, coef, x));
-		return x4_cuda_launched("x4k_hc_pre: eager collapse", e);
+		return done_here(x4_cuda_launched("x4k_hc_pre: eager collapse", e));
 	}
 
 	/* Pairs (split: fours) of columns when every row and stream is aligned. */
 	const int nb = hc_nsplit(D, n_tok);
 	dim3 grid(nb, n_tok);
+	/* the side's normalised projections, past the partials */
+	float *mdefer = side && nb > 1 ? fws + (size_t)n_tok * nb * (NC + 1) : nullptr;
 	if (nb > 1) {
 		bool v4 = D % 4 == 0 && aligned(H, 8) && aligned(H_out, 8) && aligned(y_prev, 8) &&
 			  aligned(x, 8) && aligned(fn, 8) && aligned(gain, 8) && aligned(xh, 8);
@@ -637,15 +661,28 @@ static int hc_pre(const x4k_hc_cfg *c, int n_tok, const float *H, const uint16_t
 			X4C_NHC_SWITCH(c->n_hc, NHC,
 				x4p::launch(hc_split_kernel<NHC, true>, grid, dim3(HC_THREADS), 0, st,
 					    *c, H, fn, base, scale, y_prev, coef_prev, H_out, x, coef,
-					    fws, count, gain, norm_eps, xh));
+					    fws, count, gain, norm_eps, xh, mdefer));
 		} else {
 			X4C_NHC_SWITCH(c->n_hc, NHC,
 				x4p::launch(hc_split_kernel<NHC, false>, grid, dim3(HC_THREADS), 0, st,
 					    *c, H, fn, base, scale, y_prev, coef_prev, H_out, x, coef,
-					    fws, count, gain, norm_eps, xh));
+					    fws, count, gain, norm_eps, xh, mdefer));
 		}
 		*normed = xh != nullptr;
-		return x4_cuda_launched("x4k_hc_pre: fused gate", e);
+		if ((rc = x4_cuda_launched("x4k_hc_pre: fused gate", e)) || !side)
+			return rc;
+		/* the Sinkhorn on the side stream: nothing of this sublayer reads
+		 * the coefficients but the next gate's update, so the gate's
+		 * launch ends with its collapse and norm */
+		X4_CUDA_TRY(cudaEventRecord(side->fork, st), "x4k_hc_pre_norm: side event", e);
+		X4_CUDA_TRY(cudaStreamWaitEvent(side->s, side->fork, 0), "x4k_hc_pre_norm: side wait", e);
+		X4C_NHC_SWITCH(c->n_hc, NHC,
+			hc_coef_kernel<NHC><<<(n_tok + 3) / 4, 128, 0, side->s>>>(*c, n_tok, mdefer, base,
+										   scale, coef));
+		if ((rc = x4_cuda_launched("x4k_hc_pre_norm: side coefficients", e)))
+			return rc;
+		X4_CUDA_TRY(cudaEventRecord(side->done, side->s), "x4k_hc_pre_norm: side event", e);
+		return 0;
 	}
 	bool vec = D % 2 == 0 && aligned(H, 8) && aligned(H_out, 8) && aligned(y_prev, 8) &&
 		   aligned(x, 8) && aligned(fn, 4);
@@ -658,7 +695,7 @@ static int hc_pre(const x4k_hc_cfg *c, int n_tok, const float *H, const uint16_t
 			hc_fused_kernel<NHC, 1><<<grid, HC_THREADS, 0, st>>>(
 				*c, H, fn, base, scale, y_prev, coef_prev, H_out, x, coef));
 	}
-	return x4_cuda_launched("x4k_hc_pre: fused gate", e);
+	return done_here(x4_cuda_launched("x4k_hc_pre: fused gate", e));
 }
 
 extern "C" int x4k_hc_pre(const x4k_hc_cfg *c, int n_tok, const float *H, const uint16_t *fn,
@@ -668,20 +705,20 @@ extern "C" int x4k_hc_pre(const x4k_hc_cfg *c, int n_tok, const float *H, const 
 {
 	bool normed;
 	return hc_pre(c, n_tok, H, fn, base, scale, y_prev, coef_prev, H_out, x, coef, eager, ws,
-		      ws_bytes, nullptr, 0.f, nullptr, &normed, st, e);
+		      ws_bytes, nullptr, 0.f, nullptr, &normed, nullptr, st, e);
 }
 
 extern "C" int x4k_hc_pre_norm(const x4k_hc_cfg *c, int n_tok, const float *H, const uint16_t *fn,
 			       const float *base, const float *scale, const float *y_prev,
 			       const float *coef_prev, float *H_out, float *x, float *coef,
 			       const float *gain, float norm_eps, float *xh, bool eager, void *ws,
-			       size_t ws_bytes, cudaStream_t st, x4_err *e)
+			       size_t ws_bytes, const x4k_side *side, cudaStream_t st, x4_err *e)
 {
 	if (!gain || !xh)
 		return x4_err_set(e, X4_EINVAL, "x4k_hc_pre_norm: NULL gain or output");
 	bool normed;
 	int rc = hc_pre(c, n_tok, H, fn, base, scale, y_prev, coef_prev, H_out, x, coef, eager, ws,
-			ws_bytes, gain, norm_eps, xh, &normed, st, e);
+			ws_bytes, gain, norm_eps, xh, &normed, side, st, e);
 	if (rc || normed || n_tok == 0)
 		return rc;
 	return x4k_rmsnorm(n_tok, c->D, x, c->D, gain, norm_eps, xh, c->D, st, e);

@@ -612,31 +612,57 @@ static bool sum_fits(const x4k_moe_routes *r, int type, int f, const void *down,
 	       !((uintptr_t)h & 15) && !((uintptr_t)sh & 15);
 }
 
-extern "C" int x4k_moe_experts_sum(const x4k_moe_routes *r, int type, const float *x, int d, int f,
-				   const void *gate, const void *up, const void *down,
-				   int sdown_type, const void *sdown, const float *sh, void *ws,
-				   size_t ws_bytes, float *y, cudaStream_t s, x4_err *e)
+/* The shared expert's SwiGLU product into sh where x4k_moe_experts_sum's
+ * tensor-core launch does not form it: x4k_gemv_swiglu, its scratch (where
+ * the type needs any) lent by the workspace, which the experts write only
+ * after it. */
+static int shared_swiglu(int stype, const void *sgate, const void *sup, const float *x, int d, int f,
+			 void *ws, size_t ws_bytes, float *sh, cudaStream_t s, x4_err *e)
 {
-	if (!r || !sdown || !sh || !y)
+	float *g = ws_bytes >= 2 * (size_t)f * 4 ? static_cast<float *>(ws) : nullptr;
+	return x4k_gemv_swiglu(stype, sgate, sup, f, d, x, g, g ? g + f : nullptr, sh, s, e);
+}
+
+extern "C" int x4k_moe_experts_sum(const x4k_moe_routes *r, int type, const float *x, int d, int f,
+				   const void *gate, const void *up, const void *down, int stype,
+				   const void *sgate, const void *sup, const void *sdown, float *sh,
+				   void *ws, size_t ws_bytes, float *y, cudaStream_t s, x4_err *e)
+{
+	if (!r || !sdown || !sh || !y || !sgate != !sup)
 		return x4_err_set(e, X4_EINVAL, "x4k_moe_experts_sum: NULL argument");
+	if (sgate && r->n_tok > 1)
+		return x4_err_set(e, X4_EINVAL, "x4k_moe_experts_sum: the shared gate and up of %d tokens; "
+				  "one token's only", r->n_tok);
 	float *h = static_cast<float *>(ws);
-	if (!sum_fits(r, type, f, down, sdown, sdown_type, h, sh)) {
-		/* the three launches: the experts, the shared down into y, the sum in place */
+	if (!sum_fits(r, type, f, down, sdown, stype, h, sh)) {
+		/* the shared product, then the three launches: the experts, the
+		 * shared down into y, the sum in place */
+		int rc = experts_check(r, type, x, d, f, gate, up, down, ws, ws_bytes, e);
+		if (!rc && sgate && r->n_tok > 0)
+			rc = shared_swiglu(stype, sgate, sup, x, d, f, ws, ws_bytes, sh, s, e);
 		const float *out;
-		int rc = x4k_moe_experts(r, type, x, d, f, gate, up, down, ws, ws_bytes, &out, s, e);
 		if (!rc)
-			rc = x4k_gemv(sdown_type, sdown, d, f, sh, y, s, e);
+			rc = x4k_moe_experts(r, type, x, d, f, gate, up, down, ws, ws_bytes, &out, s, e);
+		if (!rc)
+			rc = x4k_gemv(stype, sdown, d, f, sh, y, s, e);
 		return rc ? rc : x4k_moe_reduce(r, out, y, d, y, s, e);
 	}
-	int rc = check_geometry("x4k_moe_experts_sum shared down", sdown_type, sdown, d, f, e);
+	int rc = check_geometry("x4k_moe_experts_sum shared down", stype, sdown, d, f, e);
+	if (!rc && sgate)
+		rc = check_geometry("x4k_moe_experts_sum shared gate", stype, sgate, f, d, e);
+	if (!rc && sgate)
+		rc = check_geometry("x4k_moe_experts_sum shared up", stype, sup, f, d, e);
 	if (!rc)
 		rc = experts_check(r, type, x, d, f, gate, up, down, ws, ws_bytes, e);
 	if (rc || r->n_tok == 0)
 		return rc;
 	/* the tensor cores (gemv_tc.cuh) where the device, the switch and the
-	 * shapes take both launches */
-	if (r->k > 0 && tcv::lib_moe_sum(r, x, d, f, gate, up, down, h, sdown, sh, y, s))
+	 * shapes take both launches; the shared gate and up then ride in the
+	 * first as one more column of blocks */
+	if (r->k > 0 && tcv::lib_moe_sum(r, x, d, f, gate, up, down, h, sgate, sup, sdown, sh, y, s))
 		return x4_cuda_launched("x4k_moe_experts_sum: tensor-core launches", e);
+	if (sgate && (rc = shared_swiglu(stype, sgate, sup, x, d, f, ws, ws_bytes, sh, s, e)))
+		return rc;
 	if ((rc = experts(r, type, x, d, f, gate, up, down, ws, nullptr, false, s, e)))
 		return rc;
 	const unsigned blocks = (unsigned)((d + GEMV_WARPS * SUM_ROWS - 1) / (GEMV_WARPS * SUM_ROWS));

@@ -124,6 +124,7 @@ struct x4_prof {
 	const char **name_keys; /* CUPTI's pointer for each name, a cache */
 	size_t n_names, cap_names;
 	uint64_t dropped;
+	int64_t graph_kernels, by_node; /* a replay's kernels; matched by graph node */
 
 	x4_prof_api *apis;
 	size_t n_apis, cap_apis;

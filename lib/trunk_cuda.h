@@ -29,6 +29,10 @@ struct x4_trunk_cuda {
 	int dev;
 	char dev_name[128];
 	cudaStream_t s;
+	/* The gates' side stream (x4k_hc_pre_norm): side_live while a gate's
+	 * coefficients may still be forming there, until a reader joins them. */
+	x4k_side side;
+	bool side_live;
 	int max_ctx, pos, chunk, cw, ncoef, F;
 	x4k_hc_cfg hc;
 	void *weights;           /* one allocation holding every trunk tensor */

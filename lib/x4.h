@@ -1048,6 +1048,9 @@ typedef struct x4_prof_summary {
 				  * to the end of its last submission; -1 on the CPU */
 	double bytes;            /* known bytes a step; -1 when some are not known */
 	uint64_t dropped;        /* activity records CUPTI dropped */
+	int64_t graph_kernels;   /* replayed graphs' kernels (every step, counted or not) */
+	int64_t by_node;         /* of them, matched to their capture by graph node (the
+				  * rest by start order) */
 	bool gpu;
 } x4_prof_summary;
 

@@ -224,17 +224,20 @@ int x4k_moe_experts(const x4k_moe_routes *r, int type, const float *x, int d, in
 /* One token's MoE output in two launches at the batch-1 step: the experts'
  * gate and up, then y = sum over the slots in ascending expert id of wts *
  * (down of the route's h), + the shared expert's down of sh ([f], its type
- * sdown_type, [d][f]).  On the tensor cores where x4k_gemv takes them and
- * the shapes allow (IQ4_NL; d and f in whole 256-value ranges, d <= 5120,
- * f <= 1024: kernels/gemv_tc.cuh), else on the register core with every
- * product and the sum as x4k_moe_experts, x4k_gemv and x4k_moe_reduce form
- * them (the same bits); shapes neither takes (more tokens or routes, other
- * types, f > 1024) run as those three.
- * y: [d].  ws as x4k_moe_experts'. */
+ * stype, [d][f]).  With sgate and sup (the shared expert's gate and up,
+ * [f][d], stype; both or neither, one token only) sh is formed here first,
+ * silu(sgate x) * (sup x) with x4k_gemv_swiglu's bits: on the tensor cores
+ * in the experts' gate/up launch; without them sh is an input.  On the
+ * tensor cores where x4k_gemv takes them and the shapes allow (IQ4_NL; d
+ * and f in whole 256-value ranges, d <= 5120, f <= 1024:
+ * kernels/gemv_tc.cuh), else on the register core with every product and
+ * the sum as x4k_moe_experts, x4k_gemv and x4k_moe_reduce form them (the
+ * same bits); shapes neither takes (more tokens or routes, other types, f >
+ * 1024) run as those three.  y: [d].  ws as x4k_moe_experts'. */
 int x4k_moe_experts_sum(const x4k_moe_routes *r, int type, const float *x, int d, int f,
-			const void *gate, const void *up, const void *down, int sdown_type,
-			const void *sdown, const float *sh, void *ws, size_t ws_bytes, float *y,
-			cudaStream_t s, x4_err *e);
+			const void *gate, const void *up, const void *down, int stype,
+			const void *sgate, const void *sup, const void *sdown, float *sh, void *ws,
+			size_t ws_bytes, float *y, cudaStream_t s, x4_err *e);
 
 /* y[t] = sum over t's k slots, taken in ascending expert id (docs/forward.md 7.3), of
  * wts * out[t*k+s], then + shared[t] (optional, [n_tok][d]).  The order
@@ -297,16 +300,29 @@ int x4k_hc_pre(const x4k_hc_cfg *c, int n_tok, const float *H, const uint16_t *f
 	       const float *base, const float *scale, const float *y_prev,
 	       const float *coef_prev, float *H_out, float *x, float *coef, bool eager,
 	       void *ws, size_t ws_bytes, cudaStream_t s, x4_err *e);
+/* A side stream for work whose result is read only later: the call
+ * records `fork` on its own stream, makes s wait for it, runs the work on s
+ * and records `done` there; every reader of the result waits for `done`
+ * first (cudaStreamWaitEvent).  Calls with a side always record `done`,
+ * on s or, where the work ran on the call's own stream, there. */
+typedef struct x4k_side {
+	cudaStream_t s;
+	cudaEvent_t fork, done;
+} x4k_side;
 /* x4k_hc_pre followed by the sublayer's RMSNorm of its collapse: xh[t] =
  * gain * x[t] / sqrt(mean(x[t]^2) + norm_eps) ([n_tok][D], as x4k_rmsnorm
  * computes it; x is still written).  At decode sizes the norm runs inside
  * the gate's last block (one launch instead of two); otherwise it is a
- * second launch. */
+ * second launch.  side (may be NULL): at decode sizes the coefficients
+ * (the Sinkhorn: nothing of the sublayer needs them, only the next gate's
+ * update) are finished by a small kernel on side->s, so that the gate's
+ * launch ends with its collapse and norm; coef is complete once side->done
+ * is.  The same bits either way. */
 int x4k_hc_pre_norm(const x4k_hc_cfg *c, int n_tok, const float *H, const uint16_t *fn,
 		    const float *base, const float *scale, const float *y_prev,
 		    const float *coef_prev, float *H_out, float *x, float *coef, const float *gain,
-		    float norm_eps, float *xh, bool eager, void *ws, size_t ws_bytes, cudaStream_t s,
-		    x4_err *e);
+		    float norm_eps, float *xh, bool eager, void *ws, size_t ws_bytes,
+		    const x4k_side *side, cudaStream_t s, x4_err *e);
 /* The stream update alone: H_out[t][d] = post[d] * y[t] + sum_s comb[d][s] *
  * H[t][s] (comb [dst][src], docs/forward.md 5.2); H_out may be H. */
 int x4k_hc_post(const x4k_hc_cfg *c, int n_tok, const float *coef, const float *y,

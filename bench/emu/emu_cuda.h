@@ -80,6 +80,7 @@ int __shfl_sync(unsigned mask, int v, int src);
 
 /* the runtime API, enough to parse the launchers */
 typedef void *cudaStream_t;
+typedef void *cudaEvent_t; /* x4_kern.h names it (x4k_side) */
 enum cudaError_t { cudaSuccess = 0, cudaErrorInvalidValue = 1 };
 enum cudaDeviceAttr { cudaDevAttrComputeCapabilityMajor, cudaDevAttrComputeCapabilityMinor,
 		      cudaDevAttrMaxSharedMemoryPerBlockOptin };

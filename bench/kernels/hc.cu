@@ -53,7 +53,7 @@ int main(int argc, char **argv)
 		lab_row(&L, "hc_gate", "new+norm", "1tok_4x3584_update", (double)NC * K * 2 + 3 * K * 4 +
 			4.0 * D * 4, lab_time_us(&L, [&] {
 				LAB_X4(x4k_hc_pre_norm(&c, 1, H, fn, base, scale, y, cp, Ho, x, cf, gain,
-						       m.rms_eps, xh, false, ws_new, wsb, L.s, &e), e);
+						       m.rms_eps, xh, false, ws_new, wsb, nullptr, L.s, &e), e);
 			}));
 	if (L.run_new) { /* the same call without the Sinkhorn: what its 40 steps cost */
 		x4k_hc_cfg c0 = c;
@@ -61,7 +61,7 @@ int main(int argc, char **argv)
 		lab_row(&L, "hc_gate", "iters0", "1tok_4x3584_update", (double)NC * K * 2 + 3 * K * 4 +
 			4.0 * D * 4, lab_time_us(&L, [&] {
 				LAB_X4(x4k_hc_pre_norm(&c0, 1, H, fn, base, scale, y, cp, Ho, x, cf, gain,
-						       m.rms_eps, xh, false, ws_new, wsb, L.s, &e), e);
+						       m.rms_eps, xh, false, ws_new, wsb, nullptr, L.s, &e), e);
 			}));
 	}
 	const struct {

@@ -36,13 +36,15 @@ size_t x4k_hc_workspace_bytes(const x4k_hc_cfg *c, int n_tok)
 	if (!c || c->n_hc < 1 || c->n_hc > 4 || c->D < 1 || n_tok < 0)
 		return 0;
 	size_t nc = X4K_HC_NCOEF(c->n_hc);
-	size_t fused = (size_t)n_tok * x4k_hc_nsplit(c->D, n_tok) * (nc + 1);
+	/* a split call's partials, then (x4k_hc_pre_norm's side) its tokens'
+	 * normalised projections */
+	size_t fused = (size_t)n_tok * x4k_hc_nsplit(c->D, n_tok) * (nc + 1) + (size_t)n_tok * nc;
 	size_t eager = (size_t)n_tok * (nc + 1);
 	/* A workspace for n_tok serves every smaller call, and a split call of
 	 * up to X4K_HC_SPLIT_MAX_TOK tokens can need more than n_tok unsplit
-	 * ones (D 3584: 8 tokens need 22400 floats, 16 tokens 400). */
+	 * ones (D 3584: 8 tokens need 22592 floats, 16 tokens 784). */
 	int ns = n_tok < X4K_HC_SPLIT_MAX_TOK ? n_tok : X4K_HC_SPLIT_MAX_TOK;
-	size_t split = (size_t)ns * x4k_hc_nsplit(c->D, ns) * (nc + 1);
+	size_t split = (size_t)ns * x4k_hc_nsplit(c->D, ns) * (nc + 1) + (size_t)ns * nc;
 	if (split > fused)
 		fused = split;
 	return ((size_t)n_tok * sizeof(unsigned) + 255) / 256 * 256 +

@@ -353,6 +353,11 @@ static int create(x4_trunk_cuda *t, x4_err *e)
 	if (rc || (rc = resolve_attn(t, &t->o, &t->o.attn, e)))
 		return rc;
 	X4_CUDA_TRY(cudaStreamCreate(&t->s), "create the trunk's CUDA stream", e);
+	X4_CUDA_TRY(cudaStreamCreate(&t->side.s), "create the trunk's side stream", e);
+	X4_CUDA_TRY(cudaEventCreateWithFlags(&t->side.fork, cudaEventDisableTiming),
+		    "create the side stream's events", e);
+	X4_CUDA_TRY(cudaEventCreateWithFlags(&t->side.done, cudaEventDisableTiming),
+		    "create the side stream's events", e);
 
 	struct placer count = { 0, NULL, 0 };
 	place_all(t, &count);
@@ -494,6 +499,12 @@ void x4_trunk_cuda_free(x4_trunk_cuda *t)
 	x4_dev_free(t->samp);
 	if (t->s)
 		cudaStreamDestroy(t->s);
+	if (t->side.done)
+		cudaEventDestroy(t->side.done);
+	if (t->side.fork)
+		cudaEventDestroy(t->side.fork);
+	if (t->side.s)
+		cudaStreamDestroy(t->side.s);
 	free(t->pr_streams);
 	free(t->pr_y);
 	free(t->pr_xh);

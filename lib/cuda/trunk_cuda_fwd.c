@@ -113,14 +113,33 @@ static int narrow(const fwd *f)
  * kernel at decode sizes.  pend (not NULL) is the previous sublayer's
  * coefficients, whose update A4/F4 with y is applied first, in the same
  * kernel. */
+/* The last gate's coefficients, which may still be forming on the side
+ * stream, before anything reads them. */
+static int join_side(const fwd *f)
+{
+	x4_trunk_cuda *t = f->t;
+	if (!t->side_live)
+		return 0;
+	t->side_live = false;
+	X4_CUDA_TRY(cudaStreamWaitEvent(f->s, t->side.done, 0), "join the gate's side stream", f->e);
+	return 0;
+}
+
 static int gate(const fwd *f, const void *fn, const void *base, const void *scale,
 		const float *pend, float *coef, const float *gain)
 {
 	x4_trunk_cuda *t = f->t;
 	x4_cuda_ws *w = f->w;
-	int rc = x4k_hc_pre_norm(&t->hc, f->T, w->H, fn, base, scale, pend ? w->y : NULL, pend,
-				 pend ? w->Hn : NULL, w->x, coef, gain, f->c->rms_eps, w->xh,
-				 t->o.hc_eager, w->hc_ws, w->hc_ws_bytes, f->s, f->e);
+	/* the coefficients' Sinkhorn on the side stream, joined where the next
+	 * gate (or an update) reads them: 1.043x of the step at 512 tokens of
+	 * context, 1.037x at 4,096 (bench/RESULTS.md 36) */
+	int rc = pend ? join_side(f) : 0;
+	if (!rc)
+		rc = x4k_hc_pre_norm(&t->hc, f->T, w->H, fn, base, scale, pend ? w->y : NULL, pend,
+				     pend ? w->Hn : NULL, w->x, coef, gain, f->c->rms_eps, w->xh,
+				     t->o.hc_eager, w->hc_ws, w->hc_ws_bytes, &t->side, f->s, f->e);
+	if (!rc)
+		t->side_live = true;
 	if (!rc && pend)
 		swap_streams(w);
 	return rc;
@@ -130,8 +149,11 @@ static int gate(const fwd *f, const void *fn, const void *base, const void *scal
 static int update(const fwd *f, const float *coef)
 {
 	x4_cuda_ws *w = f->w;
+	int rc = join_side(f);
+	if (rc)
+		return rc;
 	mark(f, X4_PC_HC, "hc_update", 0);
-	int rc = x4k_hc_post(&f->t->hc, f->T, coef, w->y, w->H, w->Hn, f->s, f->e);
+	rc = x4k_hc_post(&f->t->hc, f->T, coef, w->y, w->H, w->Hn, f->s, f->e);
 	if (rc)
 		return rc;
 	swap_streams(w);
@@ -141,6 +163,9 @@ static int update(const fwd *f, const float *coef)
 /* The last token's state after sublayer `sub` of block b, to the probe. */
 static int probe(const fwd *f, int b, int sub, const float *coef, const x4k_moe_routes *r)
 {
+	int rc = join_side(f);
+	if (rc)
+		return rc;
 	x4_trunk_cuda *t = f->t;
 	x4_cuda_ws *w = f->w;
 	const x4_config *c = f->c;
@@ -271,18 +296,29 @@ static int moe(const fwd *f, int b, x4k_moe_routes *r)
 		return rc;
 	bool sh = hw->ffn_gate_shexp != NULL;
 	if (T == 1 && sh) {
-		/* the batch-1 step: the shared expert's product, then the experts
-		 * with both downs and the sum in one launch (x4k_moe_experts_sum) */
+		/* the batch-1 step in two launches (x4k_moe_experts_sum): the
+		 * experts' gate and up with the shared expert's (its own launch
+		 * before them was 1.011x slower at 512 tokens of context, 1.003x
+		 * at 4,096: bench/RESULTS.md 36), then both downs and the sum; a
+		 * shared expert of another type or width than the experts takes
+		 * its own product first */
+		const x4_gguf_tensor *sg = hw->ffn_gate_shexp, *su = hw->ffn_up_shexp;
 		const x4_gguf_tensor *sd = hw->ffn_down_shexp;
-		if ((rc = swiglu_ffn(f, X4_PC_SHARED, hw->ffn_gate_shexp, d->ffn_gate_shexp,
-				     hw->ffn_up_shexp, d->ffn_up_shexp, NULL, NULL, NULL)))
+		const uint64_t dd = (uint64_t)c->n_embd, ff = (uint64_t)c->n_ff_exp;
+		bool inside = sg->type == sd->type && su->type == sd->type && sg->ne[0] == dd &&
+			      sg->ne[1] == ff && su->ne[0] == dd && su->ne[1] == ff;
+		if (!inside && (rc = swiglu_ffn(f, X4_PC_SHARED, sg, d->ffn_gate_shexp, su,
+						d->ffn_up_shexp, NULL, NULL, NULL)))
 			return rc;
+		if (inside && gu != X4_PROF_UNKNOWN)
+			gu += sg->nbytes + su->nbytes;
 		mark2(f, X4_PC_EXPERTS, "moe_experts_sum", gu,
 		      dn == X4_PROF_UNKNOWN ? dn : dn + sd->nbytes);
 		return x4k_moe_experts_sum(r, hw->ffn_gate_exps->type, w->xh, c->n_embd, c->n_ff_exp,
 					   d->ffn_gate_exps, d->ffn_up_exps, d->ffn_down_exps, sd->type,
-					   d->ffn_down_shexp, w->h, w->exp_ws, w->exp_ws_bytes, w->y,
-					   f->s, f->e);
+					   inside ? d->ffn_gate_shexp : NULL,
+					   inside ? d->ffn_up_shexp : NULL, d->ffn_down_shexp, w->h,
+					   w->exp_ws, w->exp_ws_bytes, w->y, f->s, f->e);
 	}
 	if ((rc = mark2(f, X4_PC_EXPERTS, "moe_experts", gu, dn)) ||
 	    (rc = x4k_moe_experts(r, hw->ffn_gate_exps->type, w->xh, c->n_embd, c->n_ff_exp,
@@ -307,6 +343,7 @@ static int blocks(const fwd *f, bool observe)
 	bool fused = !observe && t->o.resid == X4_RESID_F32;
 	const float *pend = NULL; /* coefficients whose update with y is pending */
 	int rc;
+	t->side_live = false; /* (a failed forward may have left it set) */
 	for (int b = 0; b < c->n_block; b++) {
 		const x4_block_w *hw = &t->m->blk[b];
 		const x4_block_dev *d = &t->blk[b];

@@ -242,6 +242,8 @@ static int match_replays(x4_prof *p, const size_t *ix, size_t n, x4_err *e)
 			x4_prof_ev *ev = &p->evs[ix[i]];
 			int64_t s = x4_prof_node_slot(slots, n_slots, p->clones, p->n_clones,
 						      ev->node);
+			p->graph_kernels++;
+			p->by_node += s >= 0;
 			if (s >= 0)
 				ev->op = p->tmpl_kernels[s].op;
 			else if (j < tp->n)
@@ -470,6 +472,8 @@ static int tabulate(x4_prof *p, const size_t *ix, size_t n, x4_err *e)
 	s->gap_max_us = us(gap_max);
 	s->bytes = bytes_unknown ? -1 : total_bytes / ns_;
 	s->dropped = p->dropped;
+	s->graph_kernels = p->graph_kernels;
+	s->by_node = p->by_node;
 	double ignored;
 	stats(wall, w, &s->wall_us, &s->wall_median_us, &s->wall_min_us, &s->wall_max_us);
 	stats(sub, w, &s->submit_us, &ignored, &s->submit_min_us, &s->submit_max_us);

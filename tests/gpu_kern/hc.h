@@ -317,7 +317,7 @@ static void hc_norm_case(int n_hc, int D, int n_tok, bool eager, uint64_t sd)
 		}
 	}
 	int rc = x4k_hc_pre_norm(&d.c, n_tok, v.H, v.fn, v.base, v.scale, v.y, v.cp, v.Ho, v.x, v.cf, dg,
-				 1e-6f, dxh, eager, v.ws, v.wsb, st, &err);
+				 1e-6f, dxh, eager, v.ws, v.wsb, NULL, st, &err);
 	T_OK(rc == 0, "hc_pre_norm launch", "%s: %s", shape, err.msg);
 	dget(gx, v.x, nx * 4);
 	dget(gxh, dxh, nx * 4);
@@ -329,12 +329,41 @@ static void hc_norm_case(int n_hc, int D, int n_tok, bool eager, uint64_t sd)
 	/* against the norm of the kernel's own x: fp32, 1e-5 relative, as norm_case */
 	x4r_rmsnorm(n_tok, D, gx, D, g, 1e-6f, sxh, D);
 	check("hc_pre_norm xh = rmsnorm(x)", shape, gxh, sxh, NULL, nx, 1e-5, 1e-30, ELEM);
+	float *cf1 = hmalloc(ncf * 4), *cf2 = hmalloc(ncf * 4);
+	dget(cf1, v.cf, ncf * 4);
 	poison(dxh, nx * 4);
 	x4k_hc_pre_norm(&d.c, n_tok, v.H, v.fn, v.base, v.scale, v.y, v.cp, v.Ho, v.x, v.cf, dg, 1e-6f, dxh,
-			eager, v.ws, v.wsb, st, &err);
+			eager, v.ws, v.wsb, NULL, st, &err);
 	dget(again, dxh, nx * 4);
 	T_OK(!memcmp(again, gxh, nx * 4), "hc_pre_norm twice", "%s: a second call gave other bits",
 	     shape);
+	/* the coefficients finished on a side stream (the decode step's form):
+	 * the same bits, complete once `done` is */
+	x4k_side side = { 0 };
+	rc = x4_cuda_check(cudaStreamCreate(&side.s), "side stream", &err) ||
+	     x4_cuda_check(cudaEventCreateWithFlags(&side.fork, cudaEventDisableTiming), "event", &err) ||
+	     x4_cuda_check(cudaEventCreateWithFlags(&side.done, cudaEventDisableTiming), "event", &err);
+	poison(dxh, nx * 4);
+	poison(v.cf, ncf * 4);
+	if (!rc)
+		rc = x4k_hc_pre_norm(&d.c, n_tok, v.H, v.fn, v.base, v.scale, v.y, v.cp, v.Ho, v.x, v.cf, dg,
+				     1e-6f, dxh, eager, v.ws, v.wsb, &side, st, &err) ||
+		     x4_cuda_check(cudaStreamWaitEvent(st, side.done, 0), "join", &err) ||
+		     x4_cuda_check(cudaStreamSynchronize(st), "side call", &err);
+	if (!rc) {
+		dget(again, dxh, nx * 4);
+		dget(cf2, v.cf, ncf * 4);
+	}
+	T_OK(!rc && !memcmp(again, gxh, nx * 4) && !memcmp(cf1, cf2, ncf * 4), "hc_pre_norm side stream",
+	     "%s: %s", shape, rc ? err.msg : "other bits than the call without a side");
+	if (side.done)
+		cudaEventDestroy(side.done);
+	if (side.fork)
+		cudaEventDestroy(side.fork);
+	if (side.s)
+		cudaStreamDestroy(side.s);
+	free(cf1);
+	free(cf2);
 	hc_dev_free(&v);
 	x4_dev_free(dg);
 	x4_dev_free(dxh);

@@ -186,11 +186,11 @@ out:
 struct sum_case {
 	int d, f, E, k, sd_type;
 	size_t sb, eb;
-	uint8_t *sdn;
+	uint8_t *sdn, *sg, *su; /* the shared down, gate and up */
 	float *x, *shh, *wts;
 	int32_t *sel;
 	x4k_moe_routes r;
-	void *rws, *ews, *dsdn;
+	void *rws, *ews, *dsdn, *dsg, *dsu;
 	float *dx, *dsh, *dy;
 };
 
@@ -200,8 +200,10 @@ static int sum_case_make(struct sum_case *c, const struct moe_w *w, int sd_type,
 	c->d = d, c->f = f, c->E = E, c->k = k, c->sd_type = sd_type;
 	rng_seed(seed);
 	c->sb = x4_type_bytes(sd_type, (uint64_t)d * f);
-	c->sdn = hmalloc(c->sb);
+	c->sdn = hmalloc(c->sb), c->sg = hmalloc(c->sb), c->su = hmalloc(c->sb);
 	fill_weights(sd_type, c->sdn, (size_t)d, f);
+	fill_weights(sd_type, c->sg, (size_t)f, d);
+	fill_weights(sd_type, c->su, (size_t)f, d);
 	c->x = hmalloc((size_t)d * 4), c->shh = hmalloc((size_t)f * 4), c->wts = hmalloc((size_t)k * 4);
 	c->sel = hmalloc((size_t)k * 4);
 	fill_x(c->x, (size_t)d);
@@ -210,6 +212,7 @@ static int sum_case_make(struct sum_case *c, const struct moe_w *w, int sd_type,
 	const size_t rb = x4k_moe_routes_bytes(1, k, E, 4);
 	c->eb = x4k_moe_experts_workspace_bytes(1, k, d, f);
 	c->rws = dalloc(rb), c->ews = dalloc(c->eb), c->dsdn = dput(c->sdn, c->sb);
+	c->dsg = dput(c->sg, c->sb), c->dsu = dput(c->su, c->sb);
 	c->dx = dput(c->x, (size_t)d * 4), c->dsh = dput(c->shh, (size_t)f * 4), c->dy = dalloc((size_t)d * 4);
 	return x4k_moe_routes_init(&c->r, c->rws, rb, 1, k, E, 4, &err) ||
 	       x4_dev_upload(c->r.sel, c->sel, (size_t)k * 4, "sel", &err) ||
@@ -218,24 +221,83 @@ static int sum_case_make(struct sum_case *c, const struct moe_w *w, int sd_type,
 }
 
 /* x4k_moe_experts_sum on the case into y (host, [d]), the workspace and
- * the output poisoned first. */
-static int sum_case_run(struct sum_case *c, const struct moe_w *w, float *y)
+ * the output poisoned first; with gu, the shared gate and up too, sh
+ * (host, [f]) receiving the product it forms (else the case's h is the
+ * input). */
+static int sum_case_run_gu(struct sum_case *c, const struct moe_w *w, float *y, bool gu, float *sh)
 {
 	poison(c->ews, c->eb);
 	poison(c->dy, (size_t)c->d * 4);
+	float *dsh = gu ? dalloc((size_t)c->f * 4) : c->dsh;
+	if (gu)
+		poison(dsh, (size_t)c->f * 4);
 	int rc = x4k_moe_experts_sum(&c->r, w->type, c->dx, c->d, c->f, w->dg, w->du, w->ddn, c->sd_type,
-				     c->dsdn, c->dsh, c->ews, c->eb, c->dy, st, &err) ||
+				     gu ? c->dsg : NULL, gu ? c->dsu : NULL, c->dsdn, dsh, c->ews, c->eb,
+				     c->dy, st, &err) ||
 		 x4_cuda_check(cudaStreamSynchronize(st), "x4k_moe_experts_sum", &err);
 	if (!rc)
 		dget(y, c->dy, (size_t)c->d * 4);
+	if (!rc && gu)
+		dget(sh, dsh, (size_t)c->f * 4);
+	if (gu)
+		x4_dev_free(dsh);
 	return rc;
+}
+
+static int sum_case_run(struct sum_case *c, const struct moe_w *w, float *y)
+{
+	return sum_case_run_gu(c, w, y, false, NULL);
 }
 
 static void sum_case_free(struct sum_case *c)
 {
 	x4_dev_free(c->rws), x4_dev_free(c->ews), x4_dev_free(c->dsdn), x4_dev_free(c->dx);
-	x4_dev_free(c->dsh), x4_dev_free(c->dy);
-	free(c->sdn), free(c->x), free(c->shh), free(c->wts), free(c->sel);
+	x4_dev_free(c->dsg), x4_dev_free(c->dsu), x4_dev_free(c->dsh), x4_dev_free(c->dy);
+	free(c->sdn), free(c->sg), free(c->su), free(c->x), free(c->shh), free(c->wts), free(c->sel);
+}
+
+/* x4k_moe_experts_sum forming the shared expert's product itself (its
+ * gate and up given: on the tensor cores, one more column of blocks in the
+ * experts' gate/up launch) against x4k_gemv_swiglu's product handed to it:
+ * the product and y the same bits, with the switch off (mma 0) and on, and
+ * on the tensor cores with each warp copying its own slice too. */
+static void test_experts_sum_shared(const char *label, const struct moe_w *w, int sd_type, int k,
+				    uint64_t seed, int mma)
+{
+	int d = w->d, f = w->f;
+	char cas[200], name[128];
+	snprintf(cas, sizeof cas, "op moe_experts sum type %s shared %s d %d f %d experts %d k %d "
+		 "seed %llu shared gate/up core %s", x4_type_name(w->type), x4_type_name(sd_type), d, f,
+		 w->n_expert, k, (unsigned long long)seed, mma ? "mma" : "fma");
+	snprintf(name, sizeof name, "moe experts sum %s %s %s: shared gate/up inside = x4k_gemv_swiglu",
+		 x4_type_name(w->type), label, mma ? "mma" : "fma");
+	if (!t_want("moe_experts", cas))
+		return;
+	const int was = x4k_gemm_mma_get();
+	x4k_gemm_mma_set(mma);
+	struct sum_case c;
+	float *y1 = hmalloc((size_t)d * 4), *y2 = hmalloc((size_t)d * 4);
+	float *h1 = hmalloc((size_t)f * 4), *h2 = hmalloc((size_t)f * 4);
+	float *g = dalloc((size_t)f * 4), *u = dalloc((size_t)f * 4);
+	int rc = sum_case_make(&c, w, sd_type, k, seed) ||
+		 x4k_gemv_swiglu(sd_type, c.dsg, c.dsu, f, d, c.dx, g, u, c.dsh, st, &err) ||
+		 sum_case_run(&c, w, y1);
+	if (!rc)
+		dget(h1, c.dsh, (size_t)f * 4);
+	for (int copy = 1; copy >= (mma ? 0 : 1); copy--) {
+		x4k_tc_copy_set(copy);
+		if (!rc)
+			rc = sum_case_run_gu(&c, w, y2, true, h2);
+		char nm[160];
+		snprintf(nm, sizeof nm, "%s%s", name, copy ? "" : " (warp copy)");
+		T_OK(!rc && !memcmp(h1, h2, (size_t)f * 4) && !memcmp(y1, y2, (size_t)d * 4), nm, "%s: %s",
+		     cas, rc ? err.msg : memcmp(h1, h2, (size_t)f * 4) ? "shared products differ" : "outputs differ");
+	}
+	x4k_tc_copy_set(1);
+	x4k_gemm_mma_set(was);
+	sum_case_free(&c);
+	x4_dev_free(g), x4_dev_free(u);
+	free(y1), free(y2), free(h1), free(h2);
 }
 
 /* x4k_moe_experts_sum (one token: the experts and both downs summed in the
@@ -419,6 +481,10 @@ static void test_moe_experts(void)
 	test_experts_sum_tc("model", &full_w, X4_T_IQ4_NL, 4, 98);
 	test_experts_sum_tc("model, 3 routes", &full_w, X4_T_IQ4_NL, 3, 99);
 	test_experts_sum_tc("model, 1 route", &full_w, X4_T_IQ4_NL, 1, 105);
+	for (int mma = 0; mma < 2; mma++) {
+		test_experts_sum_shared("model", &full_w, X4_T_IQ4_NL, 4, 98, mma);
+		test_experts_sum_shared("model, 1 route", &full_w, X4_T_IQ4_NL, 1, 105, mma);
+	}
 	moe_w_free(&full_w);
 	/* the fused down at a small size (d 224: 14 blocks of 16 rows; d is a
 	 * multiple of 32 as the gate's columns must be) and where it does not
@@ -431,16 +497,21 @@ static void test_moe_experts(void)
 		moe_w_free(&a);
 		moe_w_make(&a, X4_T_IQ4_NL, 256, 256, 5, 106);
 		test_experts_sum_tc("tiny", &a, X4_T_IQ4_NL, 2, 107);
+		test_experts_sum_shared("tiny", &a, X4_T_IQ4_NL, 2, 107, 1);
 		moe_w_free(&a);
 		/* the largest they take: d 5120 (20 warps a gate/up block), top-4 */
 		moe_w_make(&a, X4_T_IQ4_NL, 5120, 1024, 8, 108);
 		test_experts_sum_tc("largest", &a, X4_T_IQ4_NL, 4, 109);
+		test_experts_sum_shared("largest", &a, X4_T_IQ4_NL, 4, 109, 1);
 		moe_w_free(&a);
 		/* odd d (224: 14 row tiles of 16, k not in 256s): the register core */
 		moe_w_make(&a, X4_T_IQ4_NL, 224, 256, 5, 100);
 		test_experts_sum_tc("tiny odd", &a, X4_T_IQ4_NL, 2, 101);
+		test_experts_sum_shared("tiny odd", &a, X4_T_IQ4_NL, 2, 101, 1);
+		moe_w_free(&a);
 		moe_w_make(&a, X4_T_IQ4_NL, 96, 160, 6, 102);
 		test_experts_sum("tiny, three launches", &a, X4_T_IQ4_NL, 2, 103);
+		test_experts_sum_shared("tiny, three launches", &a, X4_T_IQ4_NL, 2, 103, 1);
 		moe_w_free(&a);
 	}
 
@@ -466,6 +537,7 @@ static void test_moe_experts(void)
 	 * q8_0 writes them): the three launches */
 	test_experts_sum("model, three launches", &q8, X4_T_IQ4_NL, 4, 104);
 	test_experts_sum_tc("model, three launches", &q8, X4_T_IQ4_NL, 4, 104);
+	test_experts_sum_shared("model, three launches", &q8, X4_T_IQ4_NL, 4, 104, 1);
 	moe_w_free(&q8);
 	test_shape("larger decode", X4_T_Q8_0, 3584, 2048, 16, 96, 1, 8, 4, -1, 97);
 }
