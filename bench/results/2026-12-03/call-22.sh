@@ -23,7 +23,7 @@ else
 	[ -x bin/x4-run ] || make -j16 CUDA_ARCH=90 all tests >"$OUT/x/build.log" 2>&1
 	OUT="$OUT/x" COMMIT=$(git rev-parse --short HEAD) bash bench/gpu-session.sh decode profile >"$OUT/x/gs.txt" 2>&1
 	echo "gpu-session rc=$? ($((SECONDS-t0)) s)"; grep -E "decode ctx|profile ctx|^class|^step	(kernels|unprof)" "$OUT/x/gs.txt"
-	for f in hc moe_experts gemv; do
+	for f in hc moe_experts; do
 		timeout 120 compute-sanitizer --tool memcheck --print-limit 5 build/tests/gpu_kern $f \
 			>"$OUT/x/sanitize-$f.log" 2>&1
 		echo "sanitize $f rc=$? ($((SECONDS-t0)) s): $(tail -n 1 "$OUT/x/sanitize-$f.log")"
