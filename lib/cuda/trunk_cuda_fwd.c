@@ -108,11 +108,6 @@ static int narrow(const fwd *f)
 	return 0;
 }
 
-/* docs/forward.md 5.1 for one sublayer's gate: coef and the collapse x from
- * the streams, then the sublayer's RMSNorm (gain) of x into xh, in the gate's
- * kernel at decode sizes.  pend (not NULL) is the previous sublayer's
- * coefficients, whose update A4/F4 with y is applied first, in the same
- * kernel. */
 /* The last gate's coefficients, which may still be forming on the side
  * stream, before anything reads them. */
 static int join_side(const fwd *f)
@@ -125,6 +120,11 @@ static int join_side(const fwd *f)
 	return 0;
 }
 
+/* docs/forward.md 5.1 for one sublayer's gate: coef and the collapse x from
+ * the streams, then the sublayer's RMSNorm (gain) of x into xh, in the gate's
+ * kernel at decode sizes.  pend (not NULL) is the previous sublayer's
+ * coefficients, whose update A4/F4 with y is applied first, in the same
+ * kernel. */
 static int gate(const fwd *f, const void *fn, const void *base, const void *scale,
 		const float *pend, float *coef, const float *gain)
 {
@@ -297,11 +297,11 @@ static int moe(const fwd *f, int b, x4k_moe_routes *r)
 	bool sh = hw->ffn_gate_shexp != NULL;
 	if (T == 1 && sh) {
 		/* the batch-1 step in two launches (x4k_moe_experts_sum): the
-		 * experts' gate and up with the shared expert's (its own launch
-		 * before them was 1.011x slower at 512 tokens of context, 1.003x
-		 * at 4,096: bench/RESULTS.md 36), then both downs and the sum; a
-		 * shared expert of another type or width than the experts takes
-		 * its own product first */
+		 * experts' gate and up with the shared expert's (the step 1.011x
+		 * faster than with its own launch before them at 512 tokens of
+		 * context, 1.003x at 4,096: bench/RESULTS.md 36), then both downs
+		 * and the sum; a shared expert of another type or width than the
+		 * experts takes its own product first */
 		const x4_gguf_tensor *sg = hw->ffn_gate_shexp, *su = hw->ffn_up_shexp;
 		const x4_gguf_tensor *sd = hw->ffn_down_shexp;
 		const uint64_t dd = (uint64_t)c->n_embd, ff = (uint64_t)c->n_ff_exp;
