@@ -8,7 +8,10 @@
 #   tar -x -C old), build its x4-run and write tests/data/gpu_golden_{tiny,small}.json
 #   (its greedy and seed-7 tokens and its logits' sha256) for gpu_model.sh to
 #   compare against (GOLDEN_TREE=.: this tree's own build, labelled COMMIT).  levers: the record's levers priced by x4-bench-abab on the
-#   full preset at LEVER_CTX (default "512 4096") tokens of context.  profile:
+#   full preset at LEVER_CTX (default "512 4096") tokens of context; LEVERS (one
+#   "A options|B options" a line) prices others, LEVER_PAIRS and LEVER_WARMUP
+#   (default 4, 2 past 1,024 tokens; 2) set the rounds: a device call's
+#   comparison goes here rather than into a new copy of the loop.  profile:
 #   x4-profile on the full preset at PROFILE_CTX (default "512 4096"), with traces.
 #   kernels: the kernel lab, old and new kernels side by side (LAB_PROGS:
 #   only these programs, e.g. "hc moe"; default every one).  decode: the
@@ -128,12 +131,13 @@ PY
 		full_preset
 		for ctx in ${LEVER_CTX:-512 4096}; do
 			pairs=4; [ "$ctx" -gt 1024 ] && pairs=2
+			pairs=${LEVER_PAIRS:-$pairs}
 			levers=${LEVERS:-$'|\n--hc eager|--hc fused\n--graph off|--graph on\n--sublayer f32|--sublayer bf16'}
 			while IFS= read -r lv; do
 				a=${lv%%|*}; b=${lv#*|}
 				tag=$(echo "$ctx-$a-$b" | tr -c 'a-z0-9-' '_')
 				bin/x4-bench-abab -m /tmp/x4-full --device cuda:0 -a "$a" -b "$b" --prompt-tokens "$ctx" \
-					-n 64 --pairs $pairs --warmup 2 >"$OUT/abab-$tag.tsv" 2>"$OUT/abab-$tag.err"
+					-n 64 --pairs "$pairs" --warmup "${LEVER_WARMUP:-2}" >"$OUT/abab-$tag.tsv" 2>"$OUT/abab-$tag.err"
 				echo "ctx $ctx a='$a' b='$b': $(tail -n 1 "$OUT/abab-$tag.err")" | tee -a "$OUT/session.log"
 			done <<<"$levers"
 		done;;
