@@ -47,16 +47,19 @@
  * of 16 rows a copy instruction, a commit group a group, so that a warp
  * starts on its first group while the later ones are in flight) is the
  * comparison arm: the block copy priced 1.033x of the step at 512 tokens
- * of context, 1.032x at 4,096 (bench/RESULTS.md 34).  Its slice of x is copied first where x comes
- * after the dependency wait anyway (the experts: the route table is an
- * activation), so that it is not queued behind the weights (x loaded
- * after the weights' copies instead cost 0.8%: bench/RESULTS.md 35); the dense
- * products issue their weights before the wait (pdl.cuh) and load x after
- * it, and so do the shared expert's gate and up, a dense column of blocks
- * in the routed experts' launch (one launch fewer a MoE layer; its blocks
- * stream while the routed ones wait for the route table).  The warp builds its B fragments in shared memory, runs the MMAs
- * group by group, and the warps' per-row sums are added through shared
- * memory in warp order (no atomics: the same bits every run); the block's
+ * of context, 1.032x at 4,096 (bench/RESULTS.md 34).  Its slice of x is
+ * copied first where x comes after the dependency wait anyway (the
+ * experts: the route table is an activation), so that it is not queued
+ * behind the weights (x loaded after the weights' copies instead cost
+ * 0.8%: bench/RESULTS.md 35); the dense products issue their weights
+ * before the wait (pdl.cuh) and load x after it, and so do the shared
+ * expert's gate and up, a dense column of blocks in the routed experts'
+ * launch (one launch fewer a MoE layer; its blocks stream while the routed
+ * ones wait for the route table: 1.011x of the step at 512,
+ * bench/RESULTS.md 36).  The warp builds its B fragments in shared memory,
+ * runs the MMAs group by group, and the warps' per-row sums are added
+ * through shared memory in warp order (no atomics: the same bits every
+ * run); the block's
  * epilogue writes the SwiGLU product, the plain sum or the weighted top-k
  * sum.
  *
