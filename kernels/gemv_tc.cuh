@@ -105,6 +105,7 @@
 #include "quant_dev.cuh"
 #include "mma_dev.cuh"
 #include "pdl.cuh"
+#include "moe_route_dev.cuh"
 
 namespace tcv {
 using namespace x4m;
@@ -694,12 +695,16 @@ struct rows_args {
 	float *y;               /* [n] (MOE: [routes][n]) */
 	int n, k;
 	x4k_moe_routes r;       /* MOE only */
+	x4k_moe_pick pk;        /* MOE only: with pk.bias, r holds the router's scores only (one
+				 * token): each routed block selects for itself, block 0 writes
+				 * the selection and the table */
 	const uint8_t *s0, *s1; /* MOE only, may be NULL: the shared expert's gate and up, [n][k] */
 	float *sy;              /* its SwiGLU product, [n] */
 	bool blk;               /* stage_block (x4k_tc_copy_get), else each warp its own slice */
 };
 
-constexpr int MAX_THREADS = 32 * 20; /* the fused down of f 1024 in ranges of one group: 5 x 4 warps */
+constexpr int MAX_THREADS = 32 * 20;
+constexpr int PICK_J = 2; /* a routed block's own selection: up to 64 experts (two a lane) */ /* the fused down of f 1024 in ranges of one group: 5 x 4 warps */
 
 template <class CORE, int MT, int NG, bool MOE>
 __global__ void __launch_bounds__(MAX_THREADS)
@@ -721,13 +726,39 @@ tc_rows_kernel(rows_args a)
 	const bool routed = MOE && !(a.s0 && blockIdx.x == gridDim.x - 1);
 	const uint8_t *base[2] = { MOE ? a.s0 : a.w0, MOE ? a.s1 : a.w1 }; /* the block's matrices */
 	if (routed) { /* the table is an activation: wait first */
+		const int m = blockIdx.x;
+		float bv[PICK_J];
+		if (a.pk.bias) /* a weight: before the wait */
+			x4route::load_bias<PICK_J>(lane, a.r.n_expert, a.pk.bias, bv);
 		x4p::trigger();
 		x4p::wait();
-		const int m = blockIdx.x;
-		if (m >= *a.r.n_tiles) /* uniform over the block, before any barrier */
-			return;
-		const int ex = a.r.tile_expert[m], start = a.r.tile_start[m];
-		stage_x<NG>(cv.x, a.x + (size_t)(a.r.route[start] / a.r.k) * a.k + xoff, lane);
+		int ex, start, tok;
+		if (a.pk.bias) {
+			/* one token: k tiles of one route each, tile m the pick of
+			 * the m-th lowest expert id, its route id its slot (the
+			 * table x4k_moe_select_table writes); every warp selects,
+			 * the same picks, so no barrier */
+			if (m >= a.r.k) /* uniform over the block, before any barrier */
+				return;
+			x4route::picks p;
+			x4route::top_k<PICK_J>(lane, a.r.n_expert, a.r.k, a.r.score, bv, p);
+			if (m == 0 && blockIdx.y == 0 && warp == 0) {
+				if (lane == 0)
+					for (int s = 0; s < a.r.k; s++) {
+						a.r.sel[s] = p.ex[s];
+						a.r.wts[s] = x4route::weight(p, s, a.pk.scale, a.pk.norm);
+					}
+				__syncwarp(); /* sel, for the table */
+				x4route::small_table<PICK_J>(a.r, lane);
+			}
+			const int slot = x4route::tile_slot(p, a.r.k, m);
+			ex = p.ex[slot], start = m, tok = 0;
+		} else {
+			if (m >= *a.r.n_tiles) /* uniform over the block, before any barrier */
+				return;
+			ex = a.r.tile_expert[m], start = a.r.tile_start[m], tok = a.r.route[start] / a.r.k;
+		}
+		stage_x<NG>(cv.x, a.x + (size_t)tok * a.k + xoff, lane);
 		base[0] = a.w0 + (size_t)ex * a.n * rb;
 		base[1] = a.w1 + (size_t)ex * a.n * rb;
 		y += (size_t)start * a.n;
@@ -982,12 +1013,13 @@ static bool gemv_swiglu(const void *wg, const void *wu, int n, int k, const floa
  * with sgate, one token's shared expert too (its gate and up [f][d], its
  * product into sh): one more column of blocks. */
 template <class CORE, int NG>
-static bool moe_gu(const x4k_moe_routes *r, const float *x, int d, int f, const void *gate, const void *up,
-		   float *h, const void *sgate, const void *sup, float *sh, cudaStream_t s, bool run = true)
+static bool moe_gu(const x4k_moe_routes *r, const x4k_moe_pick *pick, const float *x, int d, int f,
+		   const void *gate, const void *up, float *h, const void *sgate, const void *sup, float *sh,
+		   cudaStream_t s, bool run = true)
 {
 	static std::atomic<size_t> set[64];
 	if (!shape_ok<NG>(f, d, 1, gate, x) || ((uintptr_t)up & 15) || (r->tile != 1 && r->n_tok != 1) ||
-	    r->max_tiles < 1)
+	    r->max_tiles < 1 || (pick && (r->n_tok != 1 || r->max_tiles < r->k || r->n_expert > 32 * PICK_J)))
 		return false;
 	if (sgate && (!sup || !sh || r->n_tok != 1 || ((uintptr_t)sgate & 15) || ((uintptr_t)sup & 15)))
 		return false;
@@ -1000,6 +1032,8 @@ static bool moe_gu(const x4k_moe_routes *r, const float *x, int d, int f, const 
 	rows_args a = {};
 	a.w0 = static_cast<const uint8_t *>(gate), a.w1 = static_cast<const uint8_t *>(up);
 	a.x = x, a.y = h, a.n = f, a.k = d, a.r = *r;
+	if (pick)
+		a.pk = *pick;
 	a.s0 = static_cast<const uint8_t *>(sgate), a.s1 = static_cast<const uint8_t *>(sup), a.sy = sh;
 	a.blk = x4k_tc_copy_get();
 	x4p::launch(tc_rows_kernel<CORE, 2, NG, true>, dim3((unsigned)r->max_tiles + (sgate ? 1u : 0u), f / ROWS),
@@ -1050,14 +1084,14 @@ static bool lib_gemv_swiglu(const void *wg, const void *wu, int n, int k, const 
  * reads, x4k_moe_experts' workspace; sgate NULL: sh holds the shared
  * expert's product already, else the first launch forms it). */
 template <class CORE = core8>
-static bool lib_moe_sum(const x4k_moe_routes *r, const float *x, int d, int f, const void *gate,
-			       const void *up, const void *down, float *h, const void *sgate, const void *sup,
-			       const void *sdown, float *sh, float *y, cudaStream_t s)
+static bool lib_moe_sum(const x4k_moe_routes *r, const x4k_moe_pick *pick, const float *x, int d, int f,
+			const void *gate, const void *up, const void *down, float *h, const void *sgate,
+			const void *sup, const void *sdown, float *sh, float *y, cudaStream_t s)
 {
-	if (!moe_gu<CORE, 1>(r, x, d, f, gate, up, h, sgate, sup, sh, s, false) ||
+	if (!moe_gu<CORE, 1>(r, pick, x, d, f, gate, up, h, sgate, sup, sh, s, false) ||
 	    !moe_down_sum<CORE, 1>(r, d, f, down, h, sdown, sh, y, s, false))
 		return false;
-	moe_gu<CORE, 1>(r, x, d, f, gate, up, h, sgate, sup, sh, s);
+	moe_gu<CORE, 1>(r, pick, x, d, f, gate, up, h, sgate, sup, sh, s);
 	moe_down_sum<CORE, 1>(r, d, f, down, h, sdown, sh, y, s);
 	return true;
 }

@@ -35,7 +35,8 @@
 using namespace x4d;
 
 #define SMALL_NV 4
-#define MAX_K 8
+
+using x4route::MAX_K;
 
 /* The tile's expert, first route index and route count; false past the end. */
 __device__ __forceinline__ bool tile_of(const x4k_moe_routes &r, int *ex, int *start, int *cnt)
@@ -623,12 +624,13 @@ static int shared_swiglu(int stype, const void *sgate, const void *sup, const fl
 	return x4k_gemv_swiglu(stype, sgate, sup, f, d, x, g, g ? g + f : nullptr, sh, s, e);
 }
 
-extern "C" int x4k_moe_experts_sum(const x4k_moe_routes *r, int type, const float *x, int d, int f,
+extern "C" int x4k_moe_experts_sum(const x4k_moe_routes *r, const x4k_moe_pick *pick, int type,
+				   const float *x, int d, int f,
 				   const void *gate, const void *up, const void *down, int stype,
 				   const void *sgate, const void *sup, const void *sdown, float *sh,
 				   void *ws, size_t ws_bytes, float *y, cudaStream_t s, x4_err *e)
 {
-	if (!r || !sdown || !sh || !y || !sgate != !sup)
+	if (!r || !sdown || !sh || !y || !sgate != !sup || (pick && !pick->bias))
 		return x4_err_set(e, X4_EINVAL, "x4k_moe_experts_sum: NULL argument");
 	if (sgate && r->n_tok > 1)
 		return x4_err_set(e, X4_EINVAL, "x4k_moe_experts_sum: the shared gate and up of %d tokens; "
@@ -638,6 +640,8 @@ extern "C" int x4k_moe_experts_sum(const x4k_moe_routes *r, int type, const floa
 		/* the shared product, then the three launches: the experts, the
 		 * shared down into y, the sum in place */
 		int rc = experts_check(r, type, x, d, f, gate, up, down, ws, ws_bytes, e);
+		if (!rc && pick)
+			rc = x4k_moe_select_table(r, pick, s, e);
 		if (!rc && sgate && r->n_tok > 0)
 			rc = shared_swiglu(stype, sgate, sup, x, d, f, ws, ws_bytes, sh, s, e);
 		const float *out;
@@ -658,9 +662,12 @@ extern "C" int x4k_moe_experts_sum(const x4k_moe_routes *r, int type, const floa
 		return rc;
 	/* the tensor cores (gemv_tc.cuh) where the device, the switch and the
 	 * shapes take both launches; the shared gate and up then ride in the
-	 * first as one more column of blocks */
-	if (r->k > 0 && tcv::lib_moe_sum(r, x, d, f, gate, up, down, h, sgate, sup, sdown, sh, y, s))
+	 * first as one more column of blocks, and with pick its blocks select
+	 * their experts themselves */
+	if (r->k > 0 && tcv::lib_moe_sum(r, pick, x, d, f, gate, up, down, h, sgate, sup, sdown, sh, y, s))
 		return x4_cuda_launched("x4k_moe_experts_sum: tensor-core launches", e);
+	if (pick && (rc = x4k_moe_select_table(r, pick, s, e)))
+		return rc;
 	if (sgate && (rc = shared_swiglu(stype, sgate, sup, x, d, f, ws, ws_bytes, sh, s, e)))
 		return rc;
 	if ((rc = experts(r, type, x, d, f, gate, up, down, ws, nullptr, false, s, e)))

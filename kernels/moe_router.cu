@@ -9,11 +9,15 @@
 #include "x4_kern.h"
 #include "core_dev.cuh"
 #include "pdl.cuh"
+#include "moe_route_dev.cuh"
 
 #define ROUTER_WARPS 4
 #define TABLE_THREADS 512
-#define MAX_EXPERTS 256
-#define MAX_K 8
+
+using x4route::MAX_EXPERTS;
+using x4route::MAX_K;
+using x4route::select_token;
+using x4route::small_table;
 
 static size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
 
@@ -146,90 +150,6 @@ router_logits_wide(int d, int n_expert, const float4 *__restrict__ x, const floa
 	}
 }
 
-/* A warp a token: lane l holds experts l, l+32, ... (g + bias in
- * registers); each of the k rounds takes the warp's maximum in the order
- * (g + bias descending, index ascending), so the lower index wins an exact
- * tie, and marks it taken; NaN never wins, and when only NaN is left the
- * lowest index not yet taken is picked: x4r_topk's rule (lib/x4_kern.h).
- * Every lane ends a round with the same pick. */
-/* Token t's top k on one warp (the body of router_select_kernel). */
-__device__ __forceinline__ void select_token(int t, int lane, int n_expert, int k,
-					     const float *__restrict__ score,
-					     const float *__restrict__ bias, float scale, bool norm,
-					     int32_t *__restrict__ sel, float *__restrict__ wts)
-{
-	const float *g = score + (size_t)t * n_expert;
-	float gv[MAX_EXPERTS / 32], sb[MAX_EXPERTS / 32];
-	unsigned taken = 0;
-#pragma unroll
-	for (int j = 0; j < MAX_EXPERTS / 32; j++) {
-		const int ex = lane + 32 * j;
-		gv[j] = ex < n_expert ? g[ex] : 0.f;
-		sb[j] = ex < n_expert ? gv[j] + bias[ex] : 0.f;
-		if (ex >= n_expert)
-			taken |= 1u << j;
-	}
-	float sum = 0.f;
-	int pick[MAX_K];
-	float pg[MAX_K];
-#pragma unroll
-	for (int s = 0; s < MAX_K; s++) {
-		if (s >= k)
-			break;
-		int be = -1;
-		float bsb = 0.f, bg = 0.f;
-#pragma unroll
-		for (int j = 0; j < MAX_EXPERTS / 32; j++) /* ascending index in the lane */
-			if (!(taken & (1u << j)) && !isnan(sb[j]) && (be < 0 || sb[j] > bsb)) {
-				be = lane + 32 * j;
-				bsb = sb[j];
-				bg = gv[j];
-			}
-#pragma unroll
-		for (int o = 16; o; o >>= 1) {
-			const int oe = __shfl_xor_sync(0xffffffffu, be, o);
-			const float osb = __shfl_xor_sync(0xffffffffu, bsb, o);
-			const float og = __shfl_xor_sync(0xffffffffu, bg, o);
-			if (oe >= 0 && (be < 0 || osb > bsb || (osb == bsb && oe < be))) {
-				be = oe;
-				bsb = osb;
-				bg = og;
-			}
-		}
-		if (be < 0) { /* only NaN left: the lowest index not yet taken */
-			int lo = 0x7fffffff;
-#pragma unroll
-			for (int j = MAX_EXPERTS / 32 - 1; j >= 0; j--)
-				if (!(taken & (1u << j)))
-					lo = lane + 32 * j;
-#pragma unroll
-			for (int o = 16; o; o >>= 1)
-				lo = min(lo, __shfl_xor_sync(0xffffffffu, lo, o));
-			be = lo;
-			float mine = 0.f;
-#pragma unroll
-			for (int j = 0; j < MAX_EXPERTS / 32; j++)
-				if (j == (be >> 5))
-					mine = gv[j];
-			bg = __shfl_sync(0xffffffffu, mine, be & 31);
-		}
-		if ((be & 31) == lane)
-			taken |= 1u << (be >> 5);
-		pick[s] = be;
-		pg[s] = bg;
-		sum += bg;
-	}
-	if (lane != 0)
-		return;
-#pragma unroll
-	for (int s = 0; s < MAX_K; s++) {
-		if (s >= k)
-			break;
-		sel[(size_t)t * k + s] = pick[s];
-		wts[(size_t)t * k + s] = norm ? pg[s] / (sum + 1e-20f) * scale : pg[s] * scale;
-	}
-}
-
 __global__ void __launch_bounds__(ROUTER_WARPS * 32)
 router_select_kernel(int n_tok, int n_expert, int k, const float *__restrict__ score,
 		     const float *__restrict__ bias, float scale, bool norm, int32_t *__restrict__ sel,
@@ -241,76 +161,6 @@ router_select_kernel(int n_tok, int n_expert, int k, const float *__restrict__ s
 	if (t >= n_tok)
 		return;
 	select_token(t, lane, n_expert, k, score, bias, scale, norm, sel, wts);
-}
-
-/* The route table of route_table_kernel for nr <= 32 routes on one warp
- * (lane i: route i): the same counts, offsets, tiles and order (a route's
- * place is its expert's offset plus the routes of that expert before it,
- * so ascending route id within an expert). */
-__device__ __forceinline__ void small_table(const x4k_moe_routes &r, int lane)
-{
-	const int nr = r.n_tok * r.k, E = r.n_expert;
-	int ex = lane < nr ? r.sel[lane] : -1;
-	if (ex >= E)
-		ex = -1; /* dropped, as a negative id */
-	constexpr int J = MAX_EXPERTS / 32;
-	int cnt[J];
-#pragma unroll
-	for (int j = 0; j < J; j++)
-		cnt[j] = 0;
-	for (int i = 0; i < nr; i++) {
-		const int si = __shfl_sync(0xffffffffu, ex, i);
-#pragma unroll
-		for (int j = 0; j < J; j++)
-			cnt[j] += si >= 0 && si == lane + 32 * j;
-	}
-	/* exclusive prefix sums over experts in ascending id (expert 32 j + lane) */
-	int off[J], tb[J], run = 0, trun = 0;
-#pragma unroll
-	for (int j = 0; j < J; j++) {
-		const int nt = (cnt[j] + r.tile - 1) / r.tile;
-		int a = cnt[j], b = nt;
-#pragma unroll
-		for (int o = 1; o < 32; o <<= 1) { /* inclusive scans */
-			const int a2 = __shfl_up_sync(0xffffffffu, a, o), b2 = __shfl_up_sync(0xffffffffu, b, o);
-			if (lane >= o)
-				a += a2, b += b2;
-		}
-		off[j] = run + a - cnt[j];
-		tb[j] = trun + b - nt;
-		run += __shfl_sync(0xffffffffu, a, 31);
-		trun += __shfl_sync(0xffffffffu, b, 31);
-	}
-#pragma unroll
-	for (int j = 0; j < J; j++) {
-		const int e = lane + 32 * j;
-		if (e >= E)
-			break;
-		r.counts[e] = cnt[j];
-		r.offsets[e] = off[j];
-		for (int q = 0; q * r.tile < cnt[j]; q++)
-			if (tb[j] + q < r.max_tiles) {
-				r.tile_expert[tb[j] + q] = e;
-				r.tile_start[tb[j] + q] = off[j] + q * r.tile;
-			}
-	}
-	if (lane == 0) {
-		r.offsets[E] = run;
-		*r.n_tiles = trun < r.max_tiles ? trun : r.max_tiles;
-	}
-	/* this route's place: its expert's offset (held by lane ex % 32 in slot
-	 * ex / 32) plus the same expert's routes before it */
-	const unsigned peers = __match_any_sync(0xffffffffu, ex);
-	const int rank = __popc(peers & ((1u << lane) - 1));
-	int base = 0;
-#pragma unroll
-	for (int j = 0; j < J; j++) {
-		const int v = __shfl_sync(0xffffffffu, off[j], ex & 31);
-		if (ex >= 0 && j == ex >> 5)
-			base = v;
-	}
-	if (ex >= 0)
-		r.route[base + rank] = lane;
 }
 
 /* The selection and the route table in one block, for n_tok <= ROUTER_WARPS
@@ -329,32 +179,10 @@ router_select_table_kernel(x4k_moe_routes r, const float *__restrict__ bias, flo
 		small_table(r, lane);
 }
 
-static int router(const x4k_moe_routes *r, const float *x, int d, const float *w_r,
-		  const float *bias, float scale, bool norm, bool table, bool *tabled, cudaStream_t s,
-		  x4_err *e);
-
-extern "C" int x4k_moe_router(const x4k_moe_routes *r, const float *x, int d, const float *w_r,
-			      const float *bias, float scale, bool norm, cudaStream_t s, x4_err *e)
+extern "C" int x4k_moe_router_logits(const x4k_moe_routes *r, const float *x, int d, const float *w_r,
+				     cudaStream_t s, x4_err *e)
 {
-	bool tabled;
-	return router(r, x, d, w_r, bias, scale, norm, false, &tabled, s, e);
-}
-
-extern "C" int x4k_moe_router_table(const x4k_moe_routes *r, const float *x, int d,
-				    const float *w_r, const float *bias, float scale, bool norm,
-				    cudaStream_t s, x4_err *e)
-{
-	bool tabled;
-	int rc = router(r, x, d, w_r, bias, scale, norm, true, &tabled, s, e);
-	return rc || tabled ? rc : x4k_moe_route_table(r, s, e);
-}
-
-static int router(const x4k_moe_routes *r, const float *x, int d, const float *w_r,
-		  const float *bias, float scale, bool norm, bool table, bool *tabled, cudaStream_t s,
-		  x4_err *e)
-{
-	*tabled = false;
-	if (!r || !x || !w_r || !bias || d <= 0 || d > 12288)
+	if (!r || !x || !w_r || d <= 0 || d > 12288)
 		return x4_err_set(e, X4_EINVAL, "x4k_moe_router: NULL buffer or width %d outside 1..12288", d);
 	if (r->n_tok == 0)
 		return 0;
@@ -369,17 +197,63 @@ static int router(const x4k_moe_routes *r, const float *x, int d, const float *w
 		router_logits_kernel<<<grid, ROUTER_WARPS * 32, (size_t)d * 4, s>>>(d, r->n_expert, x,
 										   w_r, r->score);
 	}
-	X4_CUDA_TRY(cudaGetLastError(), "x4k_moe_router: logits launch", e);
+	return x4_cuda_launched("x4k_moe_router: logits launch", e);
+}
+
+/* The selection alone (a warp a token), or with the table where the
+ * one-block kernel takes the call (*tabled then true). */
+static int pick_routes(const x4k_moe_routes *r, const x4k_moe_pick *p, bool table, bool *tabled,
+		       cudaStream_t s, x4_err *e)
+{
+	*tabled = false;
+	if (!r || !p || !p->bias)
+		return x4_err_set(e, X4_EINVAL, "x4k_moe_router: NULL routes or bias");
+	if (r->n_tok == 0)
+		return 0;
 	if (table && r->n_tok <= ROUTER_WARPS && r->n_tok * r->k <= 32) {
-		x4p::launch(router_select_table_kernel, dim3(1), dim3(ROUTER_WARPS * 32), 0, s, *r, bias,
-			    scale, norm);
+		x4p::launch(router_select_table_kernel, dim3(1), dim3(ROUTER_WARPS * 32), 0, s, *r, p->bias,
+			    p->scale, p->norm);
 		*tabled = true;
 		return x4_cuda_launched("x4k_moe_router: select and table launch", e);
 	}
 	x4p::launch(router_select_kernel, dim3((r->n_tok + ROUTER_WARPS - 1) / ROUTER_WARPS),
 		    dim3(ROUTER_WARPS * 32), 0, s, r->n_tok, r->n_expert, r->k,
-		    (const float *)r->score, bias, scale, norm, r->sel, r->wts);
+		    (const float *)r->score, p->bias, p->scale, p->norm, r->sel, r->wts);
 	return x4_cuda_launched("x4k_moe_router: select launch", e);
+}
+
+extern "C" int x4k_moe_select_table(const x4k_moe_routes *r, const x4k_moe_pick *p, cudaStream_t s,
+				    x4_err *e)
+{
+	bool tabled;
+	int rc = pick_routes(r, p, true, &tabled, s, e);
+	return rc || tabled ? rc : x4k_moe_route_table(r, s, e);
+}
+
+/* The logits, then the selection (with the table where table is set). */
+static int router(const x4k_moe_routes *r, const float *x, int d, const float *w_r,
+		  const x4k_moe_pick *p, bool table, cudaStream_t s, x4_err *e)
+{
+	if (!p->bias)
+		return x4_err_set(e, X4_EINVAL, "x4k_moe_router: NULL bias");
+	bool tabled;
+	int rc = x4k_moe_router_logits(r, x, d, w_r, s, e);
+	return rc ? rc : table ? x4k_moe_select_table(r, p, s, e) : pick_routes(r, p, false, &tabled, s, e);
+}
+
+extern "C" int x4k_moe_router(const x4k_moe_routes *r, const float *x, int d, const float *w_r,
+			      const float *bias, float scale, bool norm, cudaStream_t s, x4_err *e)
+{
+	const x4k_moe_pick p = { bias, scale, norm };
+	return router(r, x, d, w_r, &p, false, s, e);
+}
+
+extern "C" int x4k_moe_router_table(const x4k_moe_routes *r, const float *x, int d,
+				    const float *w_r, const float *bias, float scale, bool norm,
+				    cudaStream_t s, x4_err *e)
+{
+	const x4k_moe_pick p = { bias, scale, norm };
+	return router(r, x, d, w_r, &p, true, s, e);
 }
 
 /* One block: a stable counting sort of the routes by expert.  Pass 1 counts

@@ -200,6 +200,26 @@ int x4k_moe_router(const x4k_moe_routes *r, const float *x, int d, const float *
 		   const float *bias, float scale, bool norm, cudaStream_t s,
 		   x4_err *e);
 
+/* The router's selection rule, for calls that select from r->score
+ * themselves: bias [n_expert], and the weights' scale and norm as
+ * x4k_moe_router takes them. */
+typedef struct x4k_moe_pick {
+	const float *bias;
+	float scale;
+	bool norm;
+} x4k_moe_pick;
+
+/* x4k_moe_router's first launch alone: the sigmoids of the logits into
+ * r->score. */
+int x4k_moe_router_logits(const x4k_moe_routes *r, const float *x, int d, const float *w_r,
+			  cudaStream_t s, x4_err *e);
+
+/* x4k_moe_router's selection from r->score (sel, wts), then the table as
+ * x4k_moe_route_table, in the fewest launches (one for the decode step's
+ * sizes, below). */
+int x4k_moe_select_table(const x4k_moe_routes *r, const x4k_moe_pick *p, cudaStream_t s,
+			 x4_err *e);
+
 /* x4k_moe_router then x4k_moe_route_table, in the fewest launches: up to 4
  * tokens and 32 routes (the decode step) the selection's block also builds
  * the table (two launches instead of three), with the same contents. */
@@ -233,8 +253,15 @@ int x4k_moe_experts(const x4k_moe_routes *r, int type, const float *x, int d, in
  * kernels/gemv_tc.cuh), else on the register core with every product and
  * the sum as x4k_moe_experts, x4k_gemv and x4k_moe_reduce form them (the
  * same bits); shapes neither takes (more tokens or routes, other types, f >
- * 1024) run as those three.  y: [d].  ws as x4k_moe_experts'. */
-int x4k_moe_experts_sum(const x4k_moe_routes *r, int type, const float *x, int d, int f,
+ * 1024) run as those three.  y: [d].  ws as x4k_moe_experts'.  pick
+ * NULL: r's selection and table are formed already; else r->score holds
+ * the router's sigmoids (x4k_moe_router_logits) and the call selects and
+ * builds the table itself, the same contents as x4k_moe_select_table: on
+ * the tensor cores inside the gate/up launch (each routed block selects
+ * its own expert, the first writes the table), else that call's launch
+ * first. */
+int x4k_moe_experts_sum(const x4k_moe_routes *r, const x4k_moe_pick *pick, int type, const float *x,
+			int d, int f,
 			const void *gate, const void *up, const void *down, int stype,
 			const void *sgate, const void *sup, const void *sdown, float *sh, void *ws,
 			size_t ws_bytes, float *y, cudaStream_t s, x4_err *e);

@@ -110,7 +110,7 @@ int main(int argc, char **argv)
 	float *y = (float *)lab_alloc((size_t)d * 4), *y0 = (float *)lab_alloc((size_t)d * 4);
 	pf_args pa = { lr.r.sel, k, gate, up, down, sdown, gu_bytes, dn_bytes };
 	auto moe = [&](float *out) {
-		LAB_X4(x4k_moe_experts_sum(&lr.r, type, x, d, f, gate, up, down, type, nullptr, nullptr, sdown, sh, ws, wsb, out, L.s,
+		LAB_X4(x4k_moe_experts_sum(&lr.r, nullptr, type, x, d, f, gate, up, down, type, nullptr, nullptr, sdown, sh, ws, wsb, out, L.s,
 					   &e), e);
 	};
 	auto pf = [&](int blocks) {

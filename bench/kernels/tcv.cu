@@ -421,7 +421,7 @@ static int lab_gu(const x4k_moe_routes *r, const float *x, int d, int f, const v
 		  cudaStream_t s, x4_err *e)
 {
 	const copy_mode cm(CM);
-	return tcv::moe_gu<C, NG>(r, x, d, f, g, u, h, nullptr, nullptr, nullptr, s) ? x4_cuda_launched("tcv moe_gu", e)
+	return tcv::moe_gu<C, NG>(r, nullptr, x, d, f, g, u, h, nullptr, nullptr, nullptr, s) ? x4_cuda_launched("tcv moe_gu", e)
 							  : x4_err_set(e, X4_EINVAL, "tcv moe_gu: refused");
 }
 template <class C, int NG, int CM = 1>
@@ -511,7 +511,7 @@ static void moe_shapes(lab *L)
 		const char *in = wide ? "wide" : "uniform";
 		auto lib = [&] { /* the register core: the products' switch off */
 			x4k_gemm_mma_set(0);
-			LAB_X4(x4k_moe_experts_sum(r, X4_T_IQ4_NL, x, d, f, gate, up, down, X4_T_IQ4_NL, nullptr, nullptr, sdown, sh, ws,
+			LAB_X4(x4k_moe_experts_sum(r, nullptr, X4_T_IQ4_NL, x, d, f, gate, up, down, X4_T_IQ4_NL, nullptr, nullptr, sdown, sh, ws,
 						   wsb, ylib, L->s, &e), e);
 			x4k_gemm_mma_set(1);
 		};

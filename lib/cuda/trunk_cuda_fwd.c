@@ -289,12 +289,19 @@ static int moe(const fwd *f, int b, x4k_moe_routes *r)
 		gu = (hw->ffn_gate_exps->nbytes + hw->ffn_up_exps->nbytes) / E * kk;
 		dn = hw->ffn_down_exps->nbytes / E * kk;
 	}
-	if (rc || (rc = mark2(f, X4_PC_ROUTER, "moe_router", hw->ffn_gate_inp->nbytes,
-			      hw->exp_probs_b->nbytes)) ||
-	    (rc = x4k_moe_router_table(r, w->xh, c->n_embd, d->ffn_gate_inp, d->exp_probs_b,
-				       c->expert_scale, c->expert_norm, f->s, f->e)))
-		return rc;
 	bool sh = hw->ffn_gate_shexp != NULL;
+	/* the batch-1 step selects inside the experts' first launch
+	 * (x4k_moe_experts_sum's pick): the router is its logits alone */
+	const bool pick = T == 1 && sh && !t->o.route_launch;
+	const x4k_moe_pick pk = { d->exp_probs_b, c->expert_scale, c->expert_norm };
+	if (rc || (rc = mark2(f, X4_PC_ROUTER, "moe_router", hw->ffn_gate_inp->nbytes,
+			      hw->exp_probs_b->nbytes)))
+		return rc;
+	rc = pick ? x4k_moe_router_logits(r, w->xh, c->n_embd, d->ffn_gate_inp, f->s, f->e)
+		  : x4k_moe_router_table(r, w->xh, c->n_embd, d->ffn_gate_inp, d->exp_probs_b,
+					 c->expert_scale, c->expert_norm, f->s, f->e);
+	if (rc)
+		return rc;
 	if (T == 1 && sh) {
 		/* the batch-1 step in two launches (x4k_moe_experts_sum): the
 		 * experts' gate and up with the shared expert's (the step 1.011x
@@ -314,8 +321,8 @@ static int moe(const fwd *f, int b, x4k_moe_routes *r)
 			gu += sg->nbytes + su->nbytes;
 		mark2(f, X4_PC_EXPERTS, "moe_experts_sum", gu,
 		      dn == X4_PROF_UNKNOWN ? dn : dn + sd->nbytes);
-		return x4k_moe_experts_sum(r, hw->ffn_gate_exps->type, w->xh, c->n_embd, c->n_ff_exp,
-					   d->ffn_gate_exps, d->ffn_up_exps, d->ffn_down_exps, sd->type,
+		return x4k_moe_experts_sum(r, pick ? &pk : NULL, hw->ffn_gate_exps->type, w->xh,
+					   c->n_embd, c->n_ff_exp, d->ffn_gate_exps, d->ffn_up_exps, d->ffn_down_exps, sd->type,
 					   inside ? d->ffn_gate_shexp : NULL,
 					   inside ? d->ffn_up_shexp : NULL, d->ffn_down_shexp, w->h,
 					   w->exp_ws, w->exp_ws_bytes, w->y, f->s, f->e);

@@ -231,7 +231,7 @@ static int sum_case_run_gu(struct sum_case *c, const struct moe_w *w, float *y, 
 	float *dsh = gu ? dalloc((size_t)c->f * 4) : c->dsh;
 	if (gu)
 		poison(dsh, (size_t)c->f * 4);
-	int rc = x4k_moe_experts_sum(&c->r, w->type, c->dx, c->d, c->f, w->dg, w->du, w->ddn, c->sd_type,
+	int rc = x4k_moe_experts_sum(&c->r, NULL, w->type, c->dx, c->d, c->f, w->dg, w->du, w->ddn, c->sd_type,
 				     gu ? c->dsg : NULL, gu ? c->dsu : NULL, c->dsdn, dsh, c->ews, c->eb,
 				     c->dy, st, &err) ||
 		 x4_cuda_check(cudaStreamSynchronize(st), "x4k_moe_experts_sum", &err);
@@ -298,6 +298,99 @@ static void test_experts_sum_shared(const char *label, const struct moe_w *w, in
 	sum_case_free(&c);
 	x4_dev_free(g), x4_dev_free(u);
 	free(y1), free(y2), free(h1), free(h2);
+}
+
+/* x4k_moe_experts_sum selecting the routes itself (pick: the router's
+ * logits only before it; on the tensor cores each routed block selects its
+ * own expert and the first writes the table) against the router's own
+ * selection and table before the call: y, the shared product, sel, wts
+ * and every array of the table the same bits, with the switch off (mma 0:
+ * the selection's launch first) and on, block and warp copy.  mode 1: an
+ * exact tie of five experts (equal router rows and biases) that the lower
+ * ids must win (where the experts are that many); mode 2: every bias NaN
+ * but two, the rest picked by id. */
+static void test_experts_sum_pick(const char *label, const struct moe_w *w, int k, uint64_t seed, int mma,
+				  int mode)
+{
+	static const int tied[] = { 1, 2, 3, 4, 6, 9, 12, 13 };
+	const int d = w->d, f = w->f, E = w->n_expert;
+	char cas[220], name[160];
+	snprintf(cas, sizeof cas, "op moe_experts sum type %s d %d f %d experts %d k %d seed %llu pick core "
+		 "%s%s", x4_type_name(w->type), d, f, E, k, (unsigned long long)seed, mma ? "mma" : "fma",
+		 mode == 1 ? " exact-tie" : mode == 2 ? " nan-bias" : "");
+	snprintf(name, sizeof name, "moe experts sum %s %s %s%s: own selection = the router's table",
+		 x4_type_name(w->type), label, mma ? "mma" : "fma",
+		 mode == 1 ? " (tie)" : mode == 2 ? " (NaN bias)" : "");
+	if (!t_want("moe_experts", cas))
+		return;
+	const int was = x4k_gemm_mma_get();
+	x4k_gemm_mma_set(mma);
+	struct sum_case c;
+	int rc = sum_case_make(&c, w, X4_T_IQ4_NL, k, seed);
+	float *wr = hmalloc((size_t)E * d * 4), *b = hmalloc((size_t)E * 4);
+	for (size_t i = 0; i < (size_t)E * d; i++)
+		wr[i] = unif(-0.05f, 0.05f);
+	for (int i = 0; i < E; i++)
+		b[i] = mode == 2 ? (i == 1 || i == E - 1 ? 0.5f : NAN) : unif(-0.1f, 0.1f);
+	for (size_t i = 1; mode == 1 && i < X4_ARRAY_LEN(tied) && tied[i] < E; i++) {
+		memcpy(wr + (size_t)tied[i] * d, wr + (size_t)tied[0] * d, (size_t)d * 4);
+		b[tied[i]] = b[tied[0]] = 1.0f;
+	}
+	float *dwr = dput(wr, (size_t)E * d * 4), *db = dput(b, (size_t)E * 4);
+	const x4k_moe_pick pk = { db, 2.0f, true };
+	const size_t rb = x4k_moe_routes_bytes(1, k, E, 4), n_arr = (size_t)3 * k + 2 * E + 1 + 2 * k + 1;
+	void *rws[2] = { dalloc(rb), dalloc(rb) };
+	float *dsh = dalloc((size_t)f * 4);
+	float *y[2] = { hmalloc((size_t)d * 4), hmalloc((size_t)d * 4) };
+	float *h[2] = { hmalloc((size_t)f * 4), hmalloc((size_t)f * 4) };
+	int32_t *tab[2] = { hmalloc(n_arr * 4), hmalloc(n_arr * 4) };
+	for (int copy = 1; copy >= (mma ? 0 : 1) && !rc; copy--) {
+		x4k_tc_copy_set(copy);
+		for (int arm = 0; arm < 2 && !rc; arm++) {
+			x4k_moe_routes r;
+			poison(rws[arm], rb), poison(c.ews, c.eb), poison(c.dy, (size_t)d * 4), poison(dsh, (size_t)f * 4);
+			rc = x4k_moe_routes_init(&r, rws[arm], rb, 1, k, E, 4, &err) ||
+			     (arm ? x4k_moe_router_logits(&r, c.dx, d, dwr, st, &err)
+				  : x4k_moe_router_table(&r, c.dx, d, dwr, db, 2.0f, true, st, &err)) ||
+			     x4k_moe_experts_sum(&r, arm ? &pk : NULL, w->type, c.dx, d, f, w->dg, w->du, w->ddn,
+						 X4_T_IQ4_NL, c.dsg, c.dsu, c.dsdn, dsh, c.ews, c.eb, c.dy, st, &err) ||
+			     x4_cuda_check(cudaStreamSynchronize(st), "x4k_moe_experts_sum", &err);
+			if (rc)
+				break;
+			dget(y[arm], c.dy, (size_t)d * 4);
+			dget(h[arm], dsh, (size_t)f * 4);
+			int32_t *t = tab[arm];
+			dget(t, r.sel, (size_t)k * 4), t += k;
+			dget(t, r.wts, (size_t)k * 4), t += k;
+			dget(t, r.route, (size_t)k * 4), t += k;
+			dget(t, r.counts, (size_t)E * 4), t += E;
+			dget(t, r.offsets, (size_t)(E + 1) * 4), t += E + 1;
+			dget(t, r.n_tiles, 4);
+			const int nt = *t++;
+			memset(t, 0, (size_t)2 * k * 4);
+			if (nt >= 0 && nt <= k) {
+				dget(t, r.tile_expert, (size_t)nt * 4);
+				dget(t + k, r.tile_start, (size_t)nt * 4);
+			}
+			if (arm)
+				check_table(cas, &r, tab[1]);
+		}
+		char nm[200];
+		snprintf(nm, sizeof nm, "%s%s", name, copy ? "" : " (warp copy)");
+		T_OK(!rc && !memcmp(tab[0], tab[1], n_arr * 4) && !memcmp(h[0], h[1], (size_t)f * 4) &&
+		     !memcmp(y[0], y[1], (size_t)d * 4), nm, "%s: %s", cas,
+		     rc ? err.msg : memcmp(tab[0], tab[1], n_arr * 4) ? "the selection or table differs"
+				  : memcmp(h[0], h[1], (size_t)f * 4) ? "shared products differ" : "outputs differ");
+		if (!rc && mode == 1 && tied[k - 1] < E)
+			T_OK(!memcmp(tab[1], tied, (size_t)k * 4), "moe experts sum own selection: the tie to the "
+			     "lower ids", "%s: picks %d %d, want %d %d", cas, tab[1][0], tab[1][k - 1], tied[0],
+			     tied[k - 1]);
+	}
+	x4k_tc_copy_set(1);
+	x4k_gemm_mma_set(was);
+	sum_case_free(&c);
+	x4_dev_free(dwr), x4_dev_free(db), x4_dev_free(rws[0]), x4_dev_free(rws[1]), x4_dev_free(dsh);
+	free(wr), free(b), free(y[0]), free(y[1]), free(h[0]), free(h[1]), free(tab[0]), free(tab[1]);
 }
 
 /* x4k_moe_experts_sum (one token: the experts and both downs summed in the
@@ -484,6 +577,10 @@ static void test_moe_experts(void)
 	for (int mma = 0; mma < 2; mma++) {
 		test_experts_sum_shared("model", &full_w, X4_T_IQ4_NL, 4, 98, mma);
 		test_experts_sum_shared("model, 1 route", &full_w, X4_T_IQ4_NL, 1, 105, mma);
+		for (int mode = 0; mode < 3; mode++)
+			test_experts_sum_pick("model", &full_w, 4, 110 + mode, mma, mode);
+		test_experts_sum_pick("model, 1 route", &full_w, 1, 113, mma, 0);
+		test_experts_sum_pick("model, top-8", &full_w, 8, 114, mma, 0);
 	}
 	moe_w_free(&full_w);
 	/* the fused down at a small size (d 224: 14 blocks of 16 rows; d is a
@@ -498,20 +595,25 @@ static void test_moe_experts(void)
 		moe_w_make(&a, X4_T_IQ4_NL, 256, 256, 5, 106);
 		test_experts_sum_tc("tiny", &a, X4_T_IQ4_NL, 2, 107);
 		test_experts_sum_shared("tiny", &a, X4_T_IQ4_NL, 2, 107, 1);
+		test_experts_sum_pick("tiny", &a, 2, 115, 1, 0);
+		test_experts_sum_pick("tiny", &a, 3, 116, 1, 1);
 		moe_w_free(&a);
 		/* the largest they take: d 5120 (20 warps a gate/up block), top-4 */
 		moe_w_make(&a, X4_T_IQ4_NL, 5120, 1024, 8, 108);
 		test_experts_sum_tc("largest", &a, X4_T_IQ4_NL, 4, 109);
 		test_experts_sum_shared("largest", &a, X4_T_IQ4_NL, 4, 109, 1);
+		test_experts_sum_pick("largest", &a, 4, 117, 1, 2);
 		moe_w_free(&a);
 		/* odd d (224: 14 row tiles of 16, k not in 256s): the register core */
 		moe_w_make(&a, X4_T_IQ4_NL, 224, 256, 5, 100);
 		test_experts_sum_tc("tiny odd", &a, X4_T_IQ4_NL, 2, 101);
 		test_experts_sum_shared("tiny odd", &a, X4_T_IQ4_NL, 2, 101, 1);
+		test_experts_sum_pick("tiny odd", &a, 3, 118, 1, 0);
 		moe_w_free(&a);
 		moe_w_make(&a, X4_T_IQ4_NL, 96, 160, 6, 102);
 		test_experts_sum("tiny, three launches", &a, X4_T_IQ4_NL, 2, 103);
 		test_experts_sum_shared("tiny, three launches", &a, X4_T_IQ4_NL, 2, 103, 1);
+		test_experts_sum_pick("tiny, three launches", &a, 2, 119, 1, 1);
 		moe_w_free(&a);
 	}
 
@@ -538,6 +640,7 @@ static void test_moe_experts(void)
 	test_experts_sum("model, three launches", &q8, X4_T_IQ4_NL, 4, 104);
 	test_experts_sum_tc("model, three launches", &q8, X4_T_IQ4_NL, 4, 104);
 	test_experts_sum_shared("model, three launches", &q8, X4_T_IQ4_NL, 4, 104, 1);
+	test_experts_sum_pick("model, three launches", &q8, 4, 120, 1, 0);
 	moe_w_free(&q8);
 	test_shape("larger decode", X4_T_Q8_0, 3584, 2048, 16, 96, 1, 8, 4, -1, 97);
 }
