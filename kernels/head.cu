@@ -4,25 +4,52 @@
  * vector the Q6_K logits product reads.  A block a token.
  */
 #include "core_dev.cuh"
+#include "pdl.cuh"
 
 namespace {
 
-__global__ void __launch_bounds__(256)
-head_kernel(int n_hc, int D, const float *__restrict__ H, const float *__restrict__ gain,
-	    float eps, float *__restrict__ y)
+constexpr int HEAD_THREADS = 256, HEAD_COLS = 16; /* a thread's columns a round */
+
+/* Thread t takes columns t, t + 256, ... in order, each the sum over the
+ * streams in order; a round's loads (HEAD_COLS columns of every stream) are
+ * all issued before its first sum, so the decode step's one token costs
+ * one round trip rather than one a column (11 us at D 3584 on the H200,
+ * bench/RESULTS.md 37).  Launched with programmatic dependent launch, so
+ * the head's product behind it streams its weights meanwhile. */
+template <int NHC, int COLS>
+__global__ void __launch_bounds__(HEAD_THREADS)
+head_kernel(int D, const float *__restrict__ H, const float *__restrict__ gain, float eps,
+	    float *__restrict__ y)
 {
 	extern __shared__ float hb[]; /* [D] the mean */
 	__shared__ float red[32];
-	const float *h = H + (size_t)blockIdx.x * n_hc * D;
-	const float inv_hc = 1.0f / (float)n_hc;
+	x4p::trigger();
+	x4p::wait();
+	const float *h = H + (size_t)blockIdx.x * NHC * D;
+	const float inv_hc = 1.0f / (float)NHC;
 	float ss = 0;
-	for (int i = threadIdx.x; i < D; i += blockDim.x) {
-		float v = 0;
-		for (int s = 0; s < n_hc; s++)
-			v += h[(size_t)s * D + i];
-		v *= inv_hc;
-		hb[i] = v;
-		ss = fmaf(v, v, ss);
+	for (int i0 = threadIdx.x; i0 < D; i0 += COLS * HEAD_THREADS) {
+		float hv[COLS][NHC];
+#pragma unroll
+		for (int j = 0; j < COLS; j++) {
+			const int i = i0 + j * HEAD_THREADS;
+#pragma unroll
+			for (int s = 0; s < NHC; s++)
+				hv[j][s] = i < D ? h[(size_t)s * D + i] : 0.f;
+		}
+#pragma unroll
+		for (int j = 0; j < COLS; j++) {
+			const int i = i0 + j * HEAD_THREADS;
+			if (i >= D)
+				break;
+			float v = 0;
+#pragma unroll
+			for (int s = 0; s < NHC; s++)
+				v += hv[j][s];
+			v *= inv_hc;
+			hb[i] = v;
+			ss = fmaf(v, v, ss);
+		}
 	}
 	ss = x4c::block_sum(ss, red);
 	const float inv = 1.0f / sqrtf(ss / (float)D + eps);
@@ -31,18 +58,29 @@ head_kernel(int n_hc, int D, const float *__restrict__ H, const float *__restric
 		yr[i] = gain ? (hb[i] * inv) * gain[i] : hb[i] * inv;
 }
 
+int head_old; /* TEMPORARY (pricing) */
+
 } /* namespace */
+
+extern "C" void x4k_head_old_set(int on) { head_old = on; }
 
 extern "C" int x4k_head(int n_tok, int n_hc, int D, const float *H, const float *gain, float eps,
 			float *y, cudaStream_t s, x4_err *e)
 {
-	if (n_tok < 0 || n_hc < 1 || D < 1 || D > 12288 || n_tok > (1 << 30))
+	if (n_tok < 0 || n_hc < 1 || n_hc > 4 || D < 1 || D > 12288 || n_tok > (1 << 30))
 		return x4_err_set(e, X4_EINVAL, "x4k_head: bad shape (%d tokens, %d streams, D %d; "
-				  "D <= 12288)", n_tok, n_hc, D);
+				  "1 to 4 streams, D <= 12288)", n_tok, n_hc, D);
 	if (n_tok == 0)
 		return 0;
 	if (!H || !y)
 		return x4_err_set(e, X4_EINVAL, "x4k_head: NULL buffer");
-	head_kernel<<<n_tok, 256, (size_t)D * sizeof(float), s>>>(n_hc, D, H, gain, eps, y);
+	if (head_old) {
+		X4C_NHC_SWITCH(n_hc, NHC,
+			head_kernel<NHC, 1><<<n_tok, HEAD_THREADS, (size_t)D * sizeof(float), s>>>(D, H, gain, eps, y));
+	} else {
+		X4C_NHC_SWITCH(n_hc, NHC,
+			x4p::launch(head_kernel<NHC, HEAD_COLS>, dim3(n_tok), dim3(HEAD_THREADS),
+				    (size_t)D * sizeof(float), s, D, H, gain, eps, y));
+	}
 	return x4_cuda_launched("x4k_head: launch", e);
 }

@@ -535,6 +535,8 @@ typedef struct x4_trunk_opts {
 	                      rows as one contiguous span, is priced against; the same bits) */
 	bool route_launch; /* GPU, TEMPORARY (pricing): the decode step's router selection in its
 	                      own launch, not inside the experts' gate/up launch */
+	bool head_old;     /* GPU, TEMPORARY (pricing): the streams' mean before the head a column
+	                      a round trip, launched plainly */
 	bool no_reserve;   /* GPU, a load option: plan to the last byte, keeping none of
 	                      X4_MEM_RESERVE_BYTES free (x4-ceiling's hardware edge; never
 	                      for serving: the context's own growth then lands in a request) */

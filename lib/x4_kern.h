@@ -304,6 +304,7 @@ enum { X4K_NARROW_BF16 = 1, X4K_NARROW_F16 = 2 };
 int x4k_narrow(int64_t n, float *x, int dtype, cudaStream_t s, x4_err *e);
 
 /* docs/forward.md 8 before the logits: y[t] = RMS_gain(mean_s H[t][s]).  H [n_tok][n_hc][D]. */
+void x4k_head_old_set(int on); /* TEMPORARY (pricing): the kernel a column a round trip, plainly launched */
 int x4k_head(int n_tok, int n_hc, int D, const float *H, const float *gain, float eps,
 	     float *y, cudaStream_t s, x4_err *e);
 
