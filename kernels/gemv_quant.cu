@@ -23,18 +23,23 @@
  * through shared memory.
  *
  * Q6_K with k <= 4096 and rows of an even number of 210-byte blocks (4-byte
- * aligned; the head's 3584 is 14) takes gemv_q6k_kernel: a warp a row staged whole in
- * one round, x loaded once a block, the same sums as gemv_kernel.
+ * aligned; the head's 3584 is 14) takes gemv_q6k_rows_kernel: 4 rows a warp
+ * (x4k_q6k_rows_set: 2, or 1 for gemv_q6k_kernel, a warp a row), copied whole
+ * into shared memory in one round, x loaded once a block and each read of it
+ * serving the warp's rows; the same sums as gemv_kernel.
  *
  * Everything else takes gemv_kernel: a warp per row, eight rows a block;
  * the row's bytes are staged through shared memory with 16-byte loads and
  * the x vector is held there in 1024-value chunks (quant_dev.cuh).
  */
+#include <atomic>
+
 #include "cuda_check.h"
 #include "x4_kern.h"
 #include "quant_dev.cuh"
 #include "pdl.cuh"
 #include "gemv_tc.cuh"
+#include "mma_dev.cuh"
 
 using namespace x4d;
 
@@ -394,6 +399,150 @@ gemv_q6k_kernel(const uint8_t *__restrict__ w, int n, int k, const float *__rest
 		y[row] = acc[0];
 }
 
+/* ---- Q6_K: R rows a warp ----
+ * gemv_q6k_kernel is held by the L1's pipe, not by DRAM (bench/RESULTS.md
+ * 25, 33: 38% of the read ceiling, the memory pipes 92% busy): for every 4
+ * weights a lane reads 4 x values and two halves each of a ql and a qh word
+ * from shared memory, 2 loads a weight.  Here a warp takes R adjacent rows
+ * and q6k_group_rows reads each x value once for the R rows and a row's
+ * words one load each, 2 + 4 / R loads a 4-weight step of a row instead of
+ * 8.  The R rows are one contiguous span, copied into shared memory by
+ * span_copy before the wait (weights, pdl.cuh); a row's lanes then sum
+ * chunk after chunk exactly as chunk_dot does, so every row has the bits of
+ * gemv_q6k_kernel.  A warp past the last row copies the last row and
+ * writes nothing; so does a row of a warp's R past it (the last row's bytes
+ * read again).
+ *
+ * Shared memory: x whole (padded as xwhole_store lays it), then a span a
+ * warp at the same offset modulo 16 as in global memory. */
+__host__ __device__ constexpr int q6r_x_bytes(int k)
+{
+	return ((k + k / 32) * 4 + 15) / 16 * 16;
+}
+
+__host__ __device__ constexpr int q6r_span_bytes(int rows, int rb)
+{
+	return (rows * rb + 12 + 15) / 16 * 16; /* + the offset (4, 8 or 12) */
+}
+
+/* 16 and 4 bytes from global src to shared dst (both aligned to that):
+ * cp.async on sm_80 and later, nothing through registers and the thread
+ * going on at once (copy_wait waits for its own copies); a load and a
+ * store below. */
+__device__ __forceinline__ void copy16(uint8_t *dst, const uint8_t *src)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+	x4m::cp_async16(x4m::smem_u32(dst), src, 16);
+#else
+	*reinterpret_cast<uint4 *>(dst) = __ldcs(reinterpret_cast<const uint4 *>(src));
+#endif
+}
+
+__device__ __forceinline__ void copy4(uint8_t *dst, const uint8_t *src)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+	x4m::cp_async4(x4m::smem_u32(dst), src);
+#else
+	*reinterpret_cast<uint32_t *>(dst) = __ldcs(reinterpret_cast<const uint32_t *>(src));
+#endif
+}
+
+__device__ __forceinline__ void copy_wait()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+	x4m::cp_async_commit();
+	x4m::cp_async_wait<0>();
+#endif
+}
+
+/* n bytes at src (global, 4-byte aligned, n % 4 == 0, n >= 16) into buf
+ * (shared, 16-byte aligned) at the same offset modulo 16, as stage4 lays
+ * them: whole 16-byte lines 16 bytes a copy, the words of a ragged first
+ * and last line 4 (lanes 0-3 and 4-7), never reading outside [src, src +
+ * n).  Returns where src's first byte lands; the bytes are there for the
+ * warp after copy_wait in every lane and a barrier. */
+__device__ __forceinline__ const uint8_t *span_copy(uint8_t *buf, const uint8_t *src, int n, int lane)
+{
+	const int mis = (int)((uintptr_t)src & 15), end = mis + n;
+	const uint8_t *s0 = src - mis;
+	for (int l = (mis ? 1 : 0) + lane; l < end >> 4; l += 32)
+		copy16(buf + 16 * l, s0 + 16 * l);
+	const int o = lane < 4 ? 4 * lane : (end & ~15) + 4 * (lane - 4);
+	if (lane < 8 && (lane < 4 ? mis != 0 && o >= mis : (end & 15) != 0 && o < end))
+		copy4(buf + o, s0 + o);
+	return buf + mis;
+}
+
+/* R == 4: two blocks an SM (the head's 106 KiB of shared memory a block
+ * allows no more); R == 2: three. */
+template <int R>
+__global__ void __launch_bounds__(GEMV_WARPS * 32, R == 4 ? 2 : 3)
+gemv_q6k_rows_kernel(const uint8_t *__restrict__ w, int n, int k, const float *__restrict__ x,
+		     float *__restrict__ y)
+{
+	extern __shared__ __align__(16) uint8_t q6r_smem[];
+	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+	const int rb = (int)row_bytes(X4_T_Q6_K, k);
+	float *xs = reinterpret_cast<float *>(q6r_smem);
+	const int row0 = (blockIdx.x * GEMV_WARPS + warp) * R;
+	const int first = min(row0, n - 1), rows = min(R, n - first);
+	const uint8_t *p = span_copy(q6r_smem + q6r_x_bytes(k) + warp * q6r_span_bytes(R, rb),
+				     w + (size_t)first * rb, rows * rb, lane);
+	x4p::trigger();
+	x4p::wait();
+	constexpr int XV = Q6_KMAX / 4 / (GEMV_WARPS * 32);
+	float4 xv[XV];
+	xwhole_load<XV>(xv, x, k);
+	const uint32_t zi = __float_as_uint(xwhole_zero<XV>(xv, 0.f));
+	xwhole_store<XV>(xs, xv, k, zi);
+	const uint32_t e = iq4_consts_of(zi).e; /* q6k_group_rows' 0x4b000000 */
+	copy_wait();
+	__syncthreads();
+	float acc[R];
+#pragma unroll
+	for (int r = 0; r < R; r++)
+		acc[r] = 0.f;
+	/* chunk_dot's lane: group `lane` of each 1024-value chunk, the chunk
+	 * it does not reach skipped */
+	for (int k0 = 0, c = 0; k0 + 32 * lane < k; k0 += KC, c++) {
+		const uint8_t *q[R];
+#pragma unroll
+		for (int r = 0; r < R; r++)
+			q[r] = p + min(r, rows - 1) * rb + row_bytes(X4_T_Q6_K, k0) + 210 * (lane >> 3);
+		q6k_group_rows<R>(q, lane & 7, xs + c * XS + 33 * lane, e, acc);
+	}
+#pragma unroll
+	for (int r = 0; r < R; r++) {
+		const float sum = x4c::warp_sum(acc[r]);
+		if (lane == r && row0 + r < n)
+			y[row0 + r] = sum;
+	}
+}
+
+namespace {
+std::atomic<int> q6k_rows{ 4 }; /* x4k_q6k_rows_set */
+}
+
+extern "C" void x4k_q6k_rows_set(int rows) { q6k_rows.store(rows == 1 || rows == 2 ? rows : 4); }
+
+extern "C" int x4k_q6k_rows_get(void) { return q6k_rows.load(); }
+
+/* gemv_q6k_rows_kernel<R> for a shape gemv_q6k_kernel takes; false where
+ * the device does not give a block its shared memory (the caller then runs
+ * gemv_q6k_kernel). */
+template <int R>
+static bool gemv_q6k_rows(const uint8_t *w, int n, int k, const float *x, float *y, cudaStream_t s)
+{
+	static std::atomic<size_t> set[64];
+	const int rb = (int)row_bytes(X4_T_Q6_K, k);
+	const size_t bytes = q6r_x_bytes(k) + (size_t)GEMV_WARPS * q6r_span_bytes(R, rb);
+	if (!tcv::smem_optin(gemv_q6k_rows_kernel<R>, bytes, set))
+		return false;
+	const unsigned blocks = (unsigned)((n + GEMV_WARPS * R - 1) / (GEMV_WARPS * R));
+	x4p::launch(gemv_q6k_rows_kernel<R>, dim3(blocks), dim3(GEMV_WARPS * 32), bytes, s, w, n, k, x, y);
+	return true;
+}
+
 extern "C" int x4k_gemv(int type, const void *w, int n, int k, const float *x, float *y,
 			cudaStream_t s, x4_err *e)
 {
@@ -413,9 +562,12 @@ extern "C" int x4k_gemv(int type, const void *w, int n, int k, const float *x, f
 		break;
 	case X4_T_Q6_K:
 		if (k <= Q6_KMAX && row_bytes(X4_T_Q6_K, k) % 4 == 0 && !((uintptr_t)w & 3) &&
-		    !((uintptr_t)x & 15)) /* rows 4-byte aligned: an even count of 210-byte blocks */
-			x4p::launch(gemv_q6k_kernel, grid, block, 0, s, wb, n, k, x, y);
-		else
+		    !((uintptr_t)x & 15)) { /* rows 4-byte aligned: an even count of 210-byte blocks */
+			const int rows = q6k_rows.load();
+			if (!(rows == 4 && gemv_q6k_rows<4>(wb, n, k, x, y, s)) &&
+			    !(rows == 2 && gemv_q6k_rows<2>(wb, n, k, x, y, s)))
+				x4p::launch(gemv_q6k_kernel, grid, block, 0, s, wb, n, k, x, y);
+		} else
 			gemv_kernel<X4_T_Q6_K><<<grid, block, 0, s>>>(wb, n, k, x, y);
 		break;
 	default:

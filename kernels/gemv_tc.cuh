@@ -928,17 +928,15 @@ tc_down_sum_kernel(x4k_moe_routes r, int d, int f, const uint8_t *__restrict__ d
 
 /* ======================= host ======================= */
 
-/* Is the kernel runnable on the current device with `bytes` of dynamic
- * shared memory: sm_80 or newer (x4m::enabled, which also reads the
- * library's switch, x4k_gemm_mma_set), the opt-in allowing it, the
- * attribute raised to it?  False sends the caller to the register core; a
- * CUDA failure is cleared and reads as false too.  set: the bytes the
- * attribute holds, per device (a kernel instance's own array). */
+/* Can the kernel take `bytes` of dynamic shared memory on the current
+ * device: the opt-in allowing it, the attribute raised to it?  A CUDA
+ * failure is cleared and reads as false.  set: the bytes the attribute
+ * holds, per device (a kernel instance's own array). */
 template <typename K>
-static bool smem_ready(K kernel, size_t bytes, std::atomic<size_t> (&set)[64])
+static bool smem_optin(K kernel, size_t bytes, std::atomic<size_t> (&set)[64])
 {
 	int dev = 0, optin = 0;
-	if (!x4m::enabled() || cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) {
+	if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) {
 		(void)cudaGetLastError();
 		return false;
 	}
@@ -952,6 +950,15 @@ static bool smem_ready(K kernel, size_t bytes, std::atomic<size_t> (&set)[64])
 	}
 	set[dev].store(bytes);
 	return true;
+}
+
+/* smem_optin on sm_80 or newer (x4m::enabled, which also reads the
+ * library's switch, x4k_gemm_mma_set); false sends the caller to the
+ * register core. */
+template <typename K>
+static bool smem_ready(K kernel, size_t bytes, std::atomic<size_t> (&set)[64])
+{
+	return x4m::enabled() && smem_optin(kernel, bytes, set);
 }
 
 /* The shapes the cores take: n % 16, k in whole ranges of NG groups over

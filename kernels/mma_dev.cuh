@@ -71,6 +71,12 @@ __device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, int sr
 		     : "memory");
 }
 
+/* 4 bytes from global src to shared dst (both 4-byte aligned), through L1. */
+__device__ __forceinline__ void cp_async4(uint32_t dst, const void *src)
+{
+	asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src) : "memory");
+}
+
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 
 /* Wait until at most N of this thread's committed groups are pending. */

@@ -223,6 +223,29 @@ __device__ __forceinline__ void chunk_dot_blocks(const uint8_t *const (&p)[NM], 
 	}
 }
 
+/* A Q6_K group's four codes (0..63: the value + 32) as bytes, from its ql
+ * word shifted to its nibbles (lo4) and its qh word shifted to its two bits
+ * (hi2); bits above those the masks keep may be anything. */
+__device__ __forceinline__ uint32_t q6k_codes(uint32_t lo4, uint32_t hi2)
+{
+	return (lo4 & 0x0F0F0F0Fu) | ((hi2 & 0x03030303u) << 4);
+}
+
+/* Byte j of w (a Q6_K code) as the float value of the code, exactly: as
+ * biased_val, with the code's own bias of 32 taken off in the FADD instead
+ * of a +96 on the bytes before it (the same floats, one add fewer). */
+__device__ __forceinline__ float q6k_val(uint32_t w, uint32_t e, int j)
+{
+	return __fadd_rn(__uint_as_float(__byte_perm(w, e, 0x7540u | j)), -8388640.0f);
+}
+
+/* A Q6_K group's sum into acc: its two 16-value halves' code sums s0, s1
+ * under their scales sc0, sc1, then the block's d. */
+__device__ __forceinline__ float q6k_scaled(float d, float sc0, float sc1, float s0, float s1, float acc)
+{
+	return __fmaf_rn(d, __fmaf_rn(sc1, s1, __fmul_rn(sc0, s0)), acc);
+}
+
 /* acc[v] += (values [0, kc) of the staged chunk at p) . xs[v].  The sum of a
  * block is formed on the integer codes and scaled once. */
 template <int TYPE, int NV>
@@ -258,8 +281,7 @@ __device__ __forceinline__ void chunk_dot(const uint8_t *p, int kc, const float 
 			s0[v] = s1[v] = 0.f;
 #pragma unroll
 		for (int i = 0; i < 8; i++) {
-			uint32_t c = ((ld32_2(ql + 4 * i) >> sh1) & 0x0F0F0F0Fu) |
-				     (((ld32_2(qh + 4 * i) >> sh2) & 0x03030303u) << 4);
+			uint32_t c = q6k_codes(ld32_2(ql + 4 * i) >> sh1, ld32_2(qh + 4 * i) >> sh2);
 			c += 0x60606060u; /* codes 0..63 (value + 32) -> value + 128, no carry */
 #pragma unroll
 			for (int j = 0; j < 4; j++)
@@ -274,7 +296,7 @@ __device__ __forceinline__ void chunk_dot(const uint8_t *p, int kc, const float 
 		}
 #pragma unroll
 		for (int v = 0; v < NV; v++)
-			acc[v] = __fmaf_rn(d, __fmaf_rn(sc1, s1[v], __fmul_rn(sc0, s0[v])), acc[v]);
+			acc[v] = q6k_scaled(d, sc0, sc1, s0[v], s1[v], acc[v]);
 	} else { /* BF16: values 64j + 2*lane and +1 */
 		const uint16_t *h = reinterpret_cast<const uint16_t *>(p);
 #pragma unroll 4
@@ -304,6 +326,70 @@ __device__ __forceinline__ void chunk_dot_m(const uint8_t *const (&p)[NM], int k
 #pragma unroll
 		for (int m = 0; m < NM; m++)
 			chunk_dot<TYPE, NV>(p[m], kc, xs, lane, acc[m]);
+	}
+}
+
+/* chunk_dot's Q6_K sums for NM staged rows of one x: acc[m] += group g8
+ * (0..7) of the block at q[m] (2-byte aligned, in shared memory) against
+ * x[0..31], formed exactly as chunk_dot forms a lane's group.  Two
+ * differences in the reading, none in the sums: each x value is read once
+ * for the NM rows, and a row's ql and qh words are read 4-byte aligned
+ * (one load a word, where ld32_2 takes two): a span that starts 2 bytes
+ * past a word is read from the word before it, and word i is the funnel
+ * shift of aligned words i and i + 1 by 16 bits, the code's own shift
+ * (sh1, sh2) added in; what that brings in from word i + 1 lands in the
+ * bits q6k_codes masks off.  The words read lie in [q[m] - 2, q[m] + 196):
+ * where a block starts 2 past a word, the 2 bytes before it must be in the
+ * buffer (a row's first block never does in a row that starts on a word).
+ * e: iq4_consts' e, 0x4b000000 held in a register (iq4_consts_of with a
+ * zero the compiler cannot see), so that q6k_val's byte selectors are
+ * the immediates. */
+template <int NM>
+__device__ __forceinline__ void q6k_group_rows(const uint8_t *const (&q)[NM], int g8, const float *x,
+					       uint32_t e, float (&acc)[NM])
+{
+	const int hh = g8 >> 2, kq = g8 & 3;
+	const uint32_t *ql[NM], *qh[NM];
+	int shl[NM], shh[NM];
+	uint32_t lo[NM], hi[NM];
+	float s0[NM], s1[NM];
+#pragma unroll
+	for (int m = 0; m < NM; m++) {
+		const int o = (int)((uintptr_t)q[m] & 2); /* the spans' offset past a word */
+		ql[m] = reinterpret_cast<const uint32_t *>(q[m] - o + 64 * hh + 32 * (kq & 1));
+		qh[m] = reinterpret_cast<const uint32_t *>(q[m] - o + 128 + 32 * hh);
+		shl[m] = 8 * o + 4 * (kq >> 1);
+		shh[m] = 8 * o + 2 * kq;
+		lo[m] = ql[m][0], hi[m] = qh[m][0];
+		s0[m] = s1[m] = 0.f;
+	}
+#pragma unroll
+	for (int i = 0; i < 8; i++) {
+		uint32_t c[NM];
+#pragma unroll
+		for (int m = 0; m < NM; m++) {
+			const uint32_t l2 = ql[m][i + 1], h2 = qh[m][i + 1];
+			c[m] = q6k_codes(__funnelshift_r(lo[m], l2, shl[m]), __funnelshift_r(hi[m], h2, shh[m]));
+			lo[m] = l2, hi[m] = h2;
+		}
+#pragma unroll
+		for (int j = 0; j < 4; j++) {
+			const float xv = x[4 * i + j];
+#pragma unroll
+			for (int m = 0; m < NM; m++) {
+				const float cv = q6k_val(c[m], e, j);
+				if (i < 4)
+					s0[m] = __fmaf_rn(cv, xv, s0[m]);
+				else
+					s1[m] = __fmaf_rn(cv, xv, s1[m]);
+			}
+		}
+	}
+#pragma unroll
+	for (int m = 0; m < NM; m++) {
+		const uint32_t sc = *reinterpret_cast<const uint16_t *>(q[m] + 192 + 8 * hh + 2 * kq);
+		const float d = f16(*reinterpret_cast<const uint16_t *>(q[m] + 208));
+		acc[m] = q6k_scaled(d, (float)(int8_t)(sc & 0xffu), (float)(int8_t)(sc >> 8), s0[m], s1[m], acc[m]);
 	}
 }
 

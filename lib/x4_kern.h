@@ -154,6 +154,14 @@ int x4k_gemm_mma_get(void);
  * 144-byte slice of the 16 rows.  The same bits either way. */
 void x4k_tc_copy_set(int block);
 int x4k_tc_copy_get(void);
+/* Rows a warp of x4k_gemv's Q6_K kernel (the LM head's: rows of an even
+ * number of blocks, k <= 4096), process-wide (the trunk sets it from
+ * x4_trunk_opts.head_rows): 1 a warp a row (gemv_q6k_kernel), 2 or 4 (the
+ * default; anything else reads as 4) that many adjacent rows sharing each
+ * read of x (gemv_q6k_rows_kernel).  The same bits every way.  A temporary
+ * switch, for pricing the forms against each other in one process. */
+void x4k_q6k_rows_set(int rows);
+int x4k_q6k_rows_get(void);
 
 /* h = silu(g) * u elementwise, fp32 (docs/numerics.md 1.4: the product is the value that
  * overflows fp16, so it stays fp32 on its way to the down projection). */

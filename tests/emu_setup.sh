@@ -28,3 +28,17 @@ emu_build() {
 		-lpthread -lm -L"$cuda" -lcudart -Wl,-rpath,"$cuda" ${LDFLAGS:-} >"$out.log" 2>&1 ||
 		{ echo "FAIL $name: $(grep -m 3 error "$out.log")"; exit 1; }
 }
+
+# emu_run NAME SOURCE WHAT [FLAGS...]: a driver that runs with no arguments,
+# built by emu_build into $T/NAME ("PASS NAME.build (WHAT compile for the
+# emulator)") and run: its own PASS/FAIL lines, and one FAIL more where it
+# exits non-zero.  Returns its exit status.
+emu_run() {
+	local name=$1 src=$2 what=$3 rc
+	shift 3
+	emu_build "$name.build" "$src" "$T/$name" "$@"
+	echo "PASS $name.build ($what compile for the emulator)"
+	"$T/$name" 2>"$T/err"; rc=$?
+	[ $rc -eq 0 ] || echo "FAIL $name.run: exit $rc $(tail -n 2 "$T/err")"
+	return $rc
+}

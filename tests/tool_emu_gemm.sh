@@ -17,8 +17,4 @@
 set -u
 . "$(dirname "$0")/emu_setup.sh"
 emu_setup emu_gemm
-emu_build emu_gemm.build bench/emu/emu_gemm.cc "$T/emu_gemm" -D__CUDACC__
-echo "PASS emu_gemm.build (the gemm core and its kernels compile for the emulator)"
-"$T/emu_gemm" 2>"$T/err"; rc=$?
-[ $rc -eq 0 ] || echo "FAIL emu_gemm.run: exit $rc $(tail -n 2 "$T/err")"
-exit $rc
+emu_run emu_gemm bench/emu/emu_gemm.cc "the gemm core and its kernels" -D__CUDACC__

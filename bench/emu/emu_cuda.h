@@ -51,6 +51,11 @@ inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s)
 		r |= (unsigned)((v >> (8 * ((s >> (4 * n)) & 7))) & 0xff) << (8 * n);
 	return r;
 }
+/* the low word of hi:lo shifted right by s mod 32 */
+inline unsigned __funnelshift_r(unsigned lo, unsigned hi, unsigned s)
+{
+	return (unsigned)((((uint64_t)hi << 32) | lo) >> (s & 31));
+}
 template <class T> inline T __ldg(const T *p) { return *p; }
 template <class T> inline T __ldcs(const T *p) { return *p; }
 /* per-byte a - b, modulo 256 */

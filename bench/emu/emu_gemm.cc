@@ -13,8 +13,8 @@
 #include "gemm_mma.cuh"
 
 using namespace x4d;
-#include "gemm_quant.cu.mma.inc"
-#include "moe_experts.cu.mma.inc"
+#include "gemm_quant.cu.inc"
+#include "moe_experts.cu.inc"
 
 /* the kernels' dynamic shared memory (extern uint8_t mma_smem[] in each) */
 constexpr int SMEM_MAX = x4m::mma_fmt<X4_T_BF16>::SMEM > x4m::mma_fmt<X4_T_Q8_0>::SMEM

@@ -3,6 +3,7 @@
  * defines them). */
 uint32_t emu_smem_off(const void *p);
 void emu_cp_async16(uint32_t dst, const void *src, int src_bytes);
+void emu_cp_async4(uint32_t dst, const void *src);
 void emu_cp_commit();
 void emu_cp_wait(int n);
 void emu_ldsm(uint32_t (&r)[4], uint32_t addr, bool trans);
@@ -15,6 +16,7 @@ __device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, int sr
 {
 	emu_cp_async16(dst, src, src_bytes);
 }
+__device__ __forceinline__ void cp_async4(uint32_t dst, const void *src) { emu_cp_async4(dst, src); }
 __device__ __forceinline__ void cp_async_commit() { emu_cp_commit(); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { emu_cp_wait(N); }

@@ -18,7 +18,7 @@
 struct emu_copy {
 	uint32_t dst;
 	const void *src;
-	int bytes;
+	int bytes, size; /* bytes read of the size written (the rest zeros) */
 };
 struct emu_fiber {
 	ucontext_t ctx;
@@ -153,7 +153,7 @@ static void do_copy(const emu_copy &c)
 {
 	if (c.bytes)
 		memcpy(emu_smem + c.dst, c.src, c.bytes);
-	memset(emu_smem + c.dst + c.bytes, 0, 16 - c.bytes);
+	memset(emu_smem + c.dst + c.bytes, 0, c.size - c.bytes);
 }
 /* the global memory a kernel may read by cp.async, where the driver lists
  * it (emu_global_add; none listed: any) */
@@ -168,18 +168,20 @@ static bool in_global(const void *src, int bytes)
 			return true;
 	return false;
 }
-void emu_cp_async16(uint32_t dst, const void *src, int bytes)
+static void cp_async(uint32_t dst, const void *src, int bytes, int size)
 {
-	if (dst % 16 || dst + 16 > SMEM || (uintptr_t)src % 16 || bytes < 0 || bytes > 16)
+	if (dst % size || dst + size > SMEM || (uintptr_t)src % size || bytes < 0 || bytes > size)
 		die("bad cp.async");
 	if (!in_global(src, bytes))
 		die("cp.async reads outside the buffers the driver listed");
-	emu_copy c = { dst, src, bytes };
+	emu_copy c = { dst, src, bytes, size };
 	if (late_copies)
 		emu_cur->open.push_back(c);
 	else
 		do_copy(c);
 }
+void emu_cp_async16(uint32_t dst, const void *src, int bytes) { cp_async(dst, src, bytes, 16); }
+void emu_cp_async4(uint32_t dst, const void *src) { cp_async(dst, src, 4, 4); }
 void emu_cp_commit()
 {
 	emu_cur->groups.push_back(emu_cur->open);

@@ -534,6 +534,7 @@ static int run(x4_trunk_cuda *t, const int32_t *ids, int n, float *logits, bool 
 	x4k_gemm_mma_set(t->o.gemm == X4_GEMM_MMA); /* likewise */
 	x4k_tc_copy_set(!t->o.warp_copy);          /* likewise */
 	x4k_head_old_set(t->o.head_old);           /* TEMPORARY: pricing */
+	x4k_q6k_rows_set(t->o.head_rows);          /* likewise */
 	fwd f = { t, &t->w, c, t->s, 0, e };
 	int rc = 0;
 	for (int done = 0; done < n && !rc; done += t->chunk) {

@@ -226,6 +226,64 @@ static void run_gemv_swiglu(int type, int n, int k, uint64_t seed)
 	free(wg), free(wu), free(x);
 }
 
+/* The Q6_K product at 2 and 4 rows a warp (x4k_q6k_rows_set) bit for bit
+ * as at 1 (a warp a row), each against the reference by run_product's
+ * rule.  w is placed off bytes past a 16-byte boundary (4-byte aligned, as
+ * the kernel takes it), so that a warp's span of rows starts and ends
+ * ragged in every way. */
+static void run_q6k_rows(int n, int k, int off, uint64_t seed)
+{
+	char cas[200];
+	snprintf(cas, sizeof cas, "op gemv_q6k_rows type Q6_K rows %d cols %d offset %d seed %llu", n, k,
+		 off, (unsigned long long)seed);
+	if (!t_want("gemv_q6k_rows", cas))
+		return;
+	rng_seed(seed);
+	size_t wb = x4_type_bytes(X4_T_Q6_K, (uint64_t)n * k), yb = (size_t)n * 4;
+	uint8_t *w = hmalloc(wb);
+	fill_weights(X4_T_Q6_K, w, (size_t)n, k);
+	float *x = hmalloc((size_t)k * 4);
+	fill_x(x, (size_t)k);
+	uint8_t *dw = dalloc(wb + 16);
+	if (x4_dev_upload(dw + off, w, wb, "upload", &err))
+		die_cuda("upload");
+	float *dx = dput(x, (size_t)k * 4), *dy = dalloc(yb);
+	float *y[3], *ref = hmalloc(yb), *mag = hmalloc(yb);
+	const int was = x4k_q6k_rows_get();
+	int rc = 0;
+	for (int i = 0; i < 3; i++) {
+		y[i] = hmalloc(yb);
+		x4k_q6k_rows_set(1 << i);
+		poison(dy, yb);
+		if (!rc && !(rc = x4k_gemv(X4_T_Q6_K, dw + off, n, k, dx, dy, st, &err)))
+			dget(y[i], dy, yb);
+	}
+	x4k_q6k_rows_set(was);
+	if (rc) {
+		T_OK(0, "gemv_q6k_rows", "%s: %s", cas, err.msg);
+	} else if (x4r_gemv(X4_T_Q6_K, w, n, k, x, ref, mag, &err)) {
+		T_OK(0, "gemv_q6k_rows", "%s: reference: %s", cas, err.msg);
+	} else {
+		for (int i = 0; i < 3; i++) {
+			char name[64];
+			snprintf(name, sizeof name, "gemv_q6k_rows %d a warp", 1 << i);
+			compare(name, cas, y[i], ref, mag, (size_t)n);
+			if (i) {
+				size_t d = 0;
+				while (d < (size_t)n && !memcmp(&y[i][d], &y[0][d], 4))
+					d++;
+				snprintf(name, sizeof name, "gemv_q6k_rows %d a warp = 1, bit for bit", 1 << i);
+				T_OK(d == (size_t)n, name, "%s: row %zu: %a against %a", cas, d,
+				     d < (size_t)n ? y[i][d] : 0.f, d < (size_t)n ? y[0][d] : 0.f);
+			}
+		}
+	}
+	for (int i = 0; i < 3; i++)
+		free(y[i]);
+	x4_dev_free(dw), x4_dev_free(dx), x4_dev_free(dy);
+	free(w), free(x), free(ref), free(mag);
+}
+
 /* tiny odd sizes: ragged 16-byte lines, a tail chunk, odd BF16 widths */
 static const struct pcase gemv_tiny[] = {
 	{ X4_T_IQ4_NL, 7, 96, 1, 1000 }, { X4_T_IQ4_NL, 7, 1184, 1, 1001 },
@@ -326,4 +384,20 @@ static void test_gemv(void)
 	run_gemv2(X4_T_BF16, 6144, 3584, 4096, 5004);
 	run_gemv2(X4_T_BF16, 5, 3, 13, 5005); /* odd k: the staged kernel, two launches */
 	run_gemv_swiglu(X4_T_BF16, 7, 200, 6006);
+
+	/* the head's Q6_K product at 1, 2 and 4 rows a warp: fewer rows than a
+	 * warp takes, rows in no whole warp nor block (13, 37, 1061), k = 256
+	 * (one block a row: the staged kernel, whatever the setting), 512 and
+	 * 1536, the head's 131072 x 3584, and the largest k (Q6_KMAX), each w
+	 * 16-byte aligned and 4 and 12 bytes past */
+	run_q6k_rows(1, 512, 0, 7001);
+	run_q6k_rows(3, 512, 4, 7002);
+	run_q6k_rows(13, 256, 0, 7003);
+	run_q6k_rows(37, 512, 12, 7004);
+	run_q6k_rows(37, 1536, 4, 7005);
+	run_q6k_rows(1061, 3584, 0, 7006);
+	run_q6k_rows(1061, 3584, 12, 7007);
+	run_q6k_rows(131072, 3584, 0, 7008);
+	run_q6k_rows(37, 4096, 4, 7009);
+	run_q6k_rows(2053, 4096, 12, 7010);
 }
