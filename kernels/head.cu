@@ -8,48 +8,81 @@
 
 namespace {
 
-constexpr int HEAD_THREADS = 256, HEAD_COLS = 16; /* a thread's columns a round */
+constexpr int HEAD_THREADS = 256, HEAD_COLS = 16; /* a thread's columns a round of loads */
+constexpr int HEAD_MAXC = 12288 / HEAD_THREADS;      /* a thread's columns at the largest D */
 
 /* Thread t takes columns t, t + 256, ... in order, each the sum over the
- * streams in order; a round's loads (HEAD_COLS columns of every stream) are
- * all issued before its first sum, so the decode step's one token costs
- * one round trip rather than one a column (11 us at D 3584 on the H200,
- * bench/RESULTS.md 37).  Launched with programmatic dependent launch, so
- * the head's product behind it streams its weights meanwhile. */
-template <int NHC, int COLS>
+ * streams in order, and keeps their means in registers; a round's loads
+ * (HEAD_COLS columns of every stream) are all issued before its first sum,
+ * so the decode step's one token costs one round trip rather than one a
+ * column (11 us at D 3584 on the H200, bench/RESULTS.md 37).  Launched
+ * with programmatic dependent launch, so the head's product behind it
+ * streams its weights meanwhile. */
+template <int NHC>
 __global__ void __launch_bounds__(HEAD_THREADS)
 head_kernel(int D, const float *__restrict__ H, const float *__restrict__ gain, float eps,
 	    float *__restrict__ y)
 {
-	extern __shared__ float hb[]; /* [D] the mean */
 	__shared__ float red[32];
 	x4p::trigger();
 	x4p::wait();
 	const float *h = H + (size_t)blockIdx.x * NHC * D;
 	const float inv_hc = 1.0f / (float)NHC;
+	float mv[HEAD_MAXC];
 	float ss = 0;
-	for (int i0 = threadIdx.x; i0 < D; i0 += COLS * HEAD_THREADS) {
-		float hv[COLS][NHC];
 #pragma unroll
-		for (int j = 0; j < COLS; j++) {
-			const int i = i0 + j * HEAD_THREADS;
+	for (int j0 = 0; j0 < HEAD_MAXC; j0 += HEAD_COLS) {
+		if (j0 * HEAD_THREADS >= D) /* uniform */
+			break;
+		float hv[HEAD_COLS][NHC];
+#pragma unroll
+		for (int j = 0; j < HEAD_COLS; j++) {
+			const int i = (j0 + j) * HEAD_THREADS + (int)threadIdx.x;
 #pragma unroll
 			for (int s = 0; s < NHC; s++)
 				hv[j][s] = i < D ? h[(size_t)s * D + i] : 0.f;
 		}
 #pragma unroll
-		for (int j = 0; j < COLS; j++) {
-			const int i = i0 + j * HEAD_THREADS;
-			if (i >= D)
-				break;
+		for (int j = 0; j < HEAD_COLS; j++) {
 			float v = 0;
 #pragma unroll
 			for (int s = 0; s < NHC; s++)
 				v += hv[j][s];
 			v *= inv_hc;
-			hb[i] = v;
-			ss = fmaf(v, v, ss);
+			mv[j0 + j] = v;
+			if ((j0 + j) * HEAD_THREADS + (int)threadIdx.x < D)
+				ss = fmaf(v, v, ss);
 		}
+	}
+	ss = x4c::block_sum(ss, red);
+	const float inv = 1.0f / sqrtf(ss / (float)D + eps);
+	float *yr = y + (size_t)blockIdx.x * D;
+#pragma unroll
+	for (int j = 0; j < HEAD_MAXC; j++) {
+		const int i = j * HEAD_THREADS + (int)threadIdx.x;
+		if (i < D)
+			yr[i] = gain ? (mv[j] * inv) * gain[i] : mv[j] * inv;
+	}
+}
+
+/* TEMPORARY (pricing): the kernel before, a column a round trip, the mean
+ * in shared memory (D <= 12256), launched plainly. */
+__global__ void __launch_bounds__(256)
+head_kernel_old(int n_hc, int D, const float *__restrict__ H, const float *__restrict__ gain,
+		float eps, float *__restrict__ y)
+{
+	extern __shared__ float hb[]; /* [D] the mean */
+	__shared__ float red[32];
+	const float *h = H + (size_t)blockIdx.x * n_hc * D;
+	const float inv_hc = 1.0f / (float)n_hc;
+	float ss = 0;
+	for (int i = threadIdx.x; i < D; i += blockDim.x) {
+		float v = 0;
+		for (int s = 0; s < n_hc; s++)
+			v += h[(size_t)s * D + i];
+		v *= inv_hc;
+		hb[i] = v;
+		ss = fmaf(v, v, ss);
 	}
 	ss = x4c::block_sum(ss, red);
 	const float inv = 1.0f / sqrtf(ss / (float)D + eps);
@@ -75,12 +108,10 @@ extern "C" int x4k_head(int n_tok, int n_hc, int D, const float *H, const float 
 	if (!H || !y)
 		return x4_err_set(e, X4_EINVAL, "x4k_head: NULL buffer");
 	if (head_old) {
-		X4C_NHC_SWITCH(n_hc, NHC,
-			head_kernel<NHC, 1><<<n_tok, HEAD_THREADS, (size_t)D * sizeof(float), s>>>(D, H, gain, eps, y));
+		head_kernel_old<<<n_tok, 256, (size_t)D * sizeof(float), s>>>(n_hc, D, H, gain, eps, y);
 	} else {
 		X4C_NHC_SWITCH(n_hc, NHC,
-			x4p::launch(head_kernel<NHC, HEAD_COLS>, dim3(n_tok), dim3(HEAD_THREADS),
-				    (size_t)D * sizeof(float), s, D, H, gain, eps, y));
+			x4p::launch(head_kernel<NHC>, dim3(n_tok), dim3(HEAD_THREADS), 0, s, D, H, gain, eps, y));
 	}
 	return x4_cuda_launched("x4k_head: launch", e);
 }

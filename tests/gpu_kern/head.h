@@ -16,7 +16,7 @@ static void head_case(int n_tok, int n_hc, int D, uint64_t sd)
 	int rc = x4k_head(n_tok, n_hc, D, dH, dg, 1e-6f, dy, st, &err);
 	dget(got, dy, ny * 4);
 	T_OK(rc == 0, "head launch", "%s: %s", shape, err.msg);
-	{ /* TEMPORARY (pricing): the kernel a column a round trip, the same bits */
+	if (D <= 4097) { /* TEMPORARY (pricing): the kernel a column a round trip, the same bits */
 		float *old = hmalloc(ny * 4);
 		x4k_head_old_set(1);
 		rc = x4k_head(n_tok, n_hc, D, dH, dg, 1e-6f, dy, st, &err);

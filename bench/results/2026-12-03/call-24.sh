@@ -10,8 +10,11 @@
 #     (`--head-rows 1|2`, temporary).
 #   `call-24.sh 1`: build; gpu_kern's cases for the changed kernels; the
 #                   golden digests with every lever on and with each off;
-#   `call-24.sh 2`: x4-bench-abab at 512 and 4,096 with a control, and
-#                   x4-profile at 512 with PDL off.
+#   `call-24.sh 2`: (after part 1 found the mean's kernel refused D 12288,
+#                   as its predecessor was: the mean now kept in registers)
+#                   build, gpu_kern head, the golden digests; x4-bench-abab
+#                   at 512 and 4,096 with a control, and x4-profile at 512
+#                   with PDL off.
 set -u
 t0=$SECONDS
 mkdir -p "$OUT/x"
@@ -31,6 +34,16 @@ if [ "${1:-1}" = 1 ]; then
 	echo "golden ($((SECONDS-t0)) s)"
 	wait
 else
+	make -j16 CUDA_ARCH=90 all tests >"$OUT/x/build.log" 2>&1
+	echo "build rc=$? ($((SECONDS-t0)) s)"
+	[ -e /tmp/x4-full ] || (bin/x4-synth --preset full --seed 1 -o /tmp/x4-full >/dev/null 2>&1) &
+	timeout 100 build/tests/gpu_kern head >"$OUT/x/kern-head.txt" 2>&1
+	echo "gpu_kern head rc=$? ($((SECONDS-t0)) s): $(grep -c '^PASS' "$OUT/x/kern-head.txt") passed," \
+		"$(grep -c '^FAIL' "$OUT/x/kern-head.txt") failed"
+	grep '^FAIL' "$OUT/x/kern-head.txt" | head -n 5
+	echo "golden, every lever on:"; bash bench/results/2026-12-03/golden.sh
+	echo "golden, the mean's old kernel:"; bash bench/results/2026-12-03/golden.sh --copy head
+	wait
 	OUT="$OUT/x" LEVER_PAIRS=3 LEVER_WARMUP=1 \
 		LEVERS=$'|\n--copy route|\n--copy head|\n--head-rows 1|\n--head-rows 2|' \
 		bash bench/gpu-session.sh levers >"$OUT/x/levers.txt" 2>&1
