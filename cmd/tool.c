@@ -164,10 +164,7 @@ const char x4t_trunk_help[] =
 "      --copy C            GPU decode: how the IQ4_NL tensor-core products copy\n"
 "                          their weights: block (default: a block's rows as one\n"
 "                          contiguous span) or warp (each warp its own slice,\n"
-"                          for comparison); the same bits\n"
-"      --head-rows R       GPU decode: rows a warp of the LM head's Q6_K product,\n"
-"                          1, 2 or 4 (default 4: each read of x serves 4 rows);\n"
-"                          the same bits (temporary, for pricing)\n";
+"                          for comparison); the same bits\n";
 
 const char x4t_load_help[] =
 "      --device DEV        cpu (default) or cuda:N\n"
@@ -201,8 +198,7 @@ bool x4t_trunk_opt(int c, const char *arg, x4_trunk_opts *o)
 	static const char *const onoff[] = { "on", "off" };
 	static const char *const attn[] = { "fp32", "mma", "auto" };   /* enum x4_attn */
 	static const char *const gemm[] = { "mma", "fma" };            /* enum x4_gemm */
-	static const char *const copy[] = { "block", "warp", "route", "head" }; /* warp_copy; route, head: TEMPORARY */
-	static const char *const rows[] = { "1", "2", "4" };           /* head_rows: 1 << i */
+	static const char *const copy[] = { "block", "warp" };         /* warp_copy */
 	switch (c) {
 	case X4T_O_MAXLEN: o->max_ctx = (int)x4t_long(arg, 1, INT_MAX, "--max-model-len"); break;
 	case X4T_O_RESID: o->resid = pick("--resid", arg, resid, 3); break;
@@ -216,12 +212,7 @@ bool x4t_trunk_opt(int c, const char *arg, x4_trunk_opts *o)
 	case X4T_O_PDL: o->pdl = pick("--pdl", arg, onoff, 2) == 0; break;
 	case X4T_O_ATTN: o->attn = pick("--attn", arg, attn, 3); break;
 	case X4T_O_GEMM: o->gemm = pick("--gemm", arg, gemm, 2); break;
-	case X4T_O_COPY: {
-		const int v = pick("--copy", arg, copy, 4);
-		o->warp_copy = v == 1, o->route_launch = v == 2, o->head_old = v == 3;
-		break;
-	}
-	case X4T_O_HEADROWS: o->head_rows = 1 << pick("--head-rows", arg, rows, 3); break;
+	case X4T_O_COPY: o->warp_copy = pick("--copy", arg, copy, 2) == 1; break;
 	default: return false;
 	}
 	return true;
@@ -287,12 +278,7 @@ const char *x4t_kv_name(const x4_trunk_opts *o)
 
 const char *x4t_copy_name(const x4_trunk_opts *o)
 {
-	return o->device < 0 ? "n/a" : o->warp_copy ? "warp" : o->route_launch ? "route" : o->head_old ? "head" : "block";
-}
-
-const char *x4t_head_rows_name(const x4_trunk_opts *o)
-{
-	return o->device < 0 ? "n/a" : o->head_rows == 1 ? "1" : o->head_rows == 2 ? "2" : "4";
+	return o->device < 0 ? "n/a" : o->warp_copy ? "warp" : "block";
 }
 
 void x4t_settings(const x4_trunk_opts *o, const x4_sampler_opts *so, char *out, size_t cap)
@@ -300,13 +286,12 @@ void x4t_settings(const x4_trunk_opts *o, const x4_sampler_opts *so, char *out, 
 	char chunk[16], ctx[16];
 	snprintf(chunk, sizeof chunk, "%d", o->prefill_chunk);
 	snprintf(ctx, sizeof ctx, "%d", o->max_ctx);
-	snprintf(out, cap, "hc=%s graph=%s pdl=%s attn=%s gemm=%s copy=%s head_rows=%s sublayer=%s "
-		 "resid=%s prec=%s kv=%s max_ctx=%s chunk=%s threads=%d temperature=%g top_k=%d "
-		 "top_p=%g seed=%llu",
+	snprintf(out, cap, "hc=%s graph=%s pdl=%s attn=%s gemm=%s copy=%s sublayer=%s resid=%s prec=%s "
+		 "kv=%s max_ctx=%s chunk=%s threads=%d temperature=%g top_k=%d top_p=%g seed=%llu",
 		 o->device < 0 ? "n/a" : o->hc_eager ? "eager" : "fused",
 		 o->device < 0 ? "n/a" : o->no_graph ? "off" : "on",
 		 o->device < 0 ? "n/a" : o->pdl ? "on" : "off", x4t_attn_name(o->device, o->attn), x4t_gemm_name(o),
-		 x4t_copy_name(o), x4t_head_rows_name(o), x4t_sub_name(o->sublayer),
+		 x4t_copy_name(o), x4t_sub_name(o->sublayer),
 		 x4_resid_name(o->resid), x4t_prec_name(o->prec), x4t_kv_name(o),
 		 o->max_ctx ? ctx : "auto", o->prefill_chunk ? chunk : "auto",
 		 o->threads ? o->threads : x4_ncpu(), so->temperature, so->top_k, so->top_p,

@@ -37,14 +37,12 @@ void x4t_ids(const char *s, int32_t **ids, size_t *n);
 
 /* The request options of the trunk as flags, shared by x4-run, x4-profile
  * and x4-bench-abab's arms: --max-model-len, --resid, --prec, --kv-cache,
- * --hc, --sublayer, --graph, --threads, --prefill-chunk, --pdl, --attn, --gemm, --copy,
- * --head-rows.  X4T_TRUNK_LONGOPTS
+ * --hc, --sublayer, --graph, --threads, --prefill-chunk, --pdl, --attn, --gemm, --copy.  X4T_TRUNK_LONGOPTS
  * goes into a getopt_long table; x4t_trunk_opt() handles one of them (true
  * when c was one). */
 enum {
 	X4T_O_MAXLEN = 1000, X4T_O_RESID, X4T_O_PREC, X4T_O_KV, X4T_O_HC, X4T_O_SUB,
 	X4T_O_GRAPH, X4T_O_THREADS, X4T_O_CHUNK, X4T_O_PDL, X4T_O_ATTN, X4T_O_GEMM, X4T_O_COPY,
-	X4T_O_HEADROWS,
 	/* the load options: they need the weights reloaded */
 	X4T_O_DEVICE, X4T_O_GPUMEM,
 	/* sampling */
@@ -63,8 +61,7 @@ enum {
 	{"pdl", required_argument, 0, X4T_O_PDL},                       \
 	{"attn", required_argument, 0, X4T_O_ATTN},                     \
 	{"gemm", required_argument, 0, X4T_O_GEMM},                     \
-	{"copy", required_argument, 0, X4T_O_COPY},                     \
-	{"head-rows", required_argument, 0, X4T_O_HEADROWS}
+	{"copy", required_argument, 0, X4T_O_COPY}
 #define X4T_LOAD_LONGOPTS                                               \
 	{"device", required_argument, 0, X4T_O_DEVICE},                 \
 	{"gpu-memory", required_argument, 0, X4T_O_GPUMEM}
@@ -91,8 +88,6 @@ const char *x4t_attn_name(int device, int attn);
 const char *x4t_gemm_name(const x4_trunk_opts *o);
 /* --copy's value (n/a on the CPU) */
 const char *x4t_copy_name(const x4_trunk_opts *o);
-/* --head-rows' value (n/a on the CPU; 0, the library's default, as 4) */
-const char *x4t_head_rows_name(const x4_trunk_opts *o);
 /* What the cache holds as the trunk resolves X4_KV_DEFAULT. */
 const char *x4t_kv_name(const x4_trunk_opts *o);
 /* Every setting of a request that can change a number, as one word list

@@ -29,7 +29,7 @@ static void usage(FILE *f)
 	fprintf(f,
 "usage: " PROG " [-m PATH] [--device cpu|cuda:N] [--context C] [-n|--steps N]\n"
 "                  [--prefill P] [--graph on|off] [--hc fused|eager] [--attn auto|fp32|mma]\n"
-"                  [--gemm mma|fma] [--copy block|warp] [--head-rows 1|2|4]\n"
+"                  [--gemm mma|fma] [--copy block|warp]\n"
 "                  [--sublayer f32|bf16|f16] [--resid f32|f16|bf16] [--prec f32|f64]\n"
 "                  [--kv-cache f16|exact] [--threads N] [--prefill-chunk N]\n"
 "                  [--max-model-len N] [--gpu-memory SIZE] [--temperature T]\n"
@@ -223,14 +223,14 @@ static char *run_json(const struct opts *o, const x4_model *m, const x4_paths *p
 	json_str(f, paths->gguf);
 	fprintf(f, ",\"model_fingerprint\":\"%s\",\"commit\":\"%s\",\"version\":\"%s\","
 		"\"cuda_runtime\":\"%s\",\"graph\":\"%s\",\"hc\":\"%s\",\"attn\":\"%s\",\"gemm\":\"%s\",\"copy\":\"%s\","
-		"\"head_rows\":\"%s\",\"sublayer\":\"%s\","
+		"\"sublayer\":\"%s\","
 		"\"resid\":\"%s\",\"prec\":\"%s\",\"kv_cache\":\"%s\",\"threads\":%d,\"max_ctx\":%d,"
 		"\"prefill_chunk\":%d,\"gpu_memory_bytes\":%llu,\"temperature\":%g,\"top_k\":%d,"
 		"\"top_p\":%g,\"seed\":%llu,\"ceiling_gbps\":%.1f,\"ceiling\":",
 		x4_model_fingerprint(m), x4_commit(), x4_version(), x4_cuda_runtime(),
 		o->trunk.no_graph ? "off" : "on", o->trunk.hc_eager ? "eager" : "fused",
 		x4t_attn_name(o->trunk.device, ts->attn), x4t_gemm_name(&o->trunk), x4t_copy_name(&o->trunk),
-		x4t_head_rows_name(&o->trunk), x4t_sub_name(o->trunk.sublayer),
+		x4t_sub_name(o->trunk.sublayer),
 		x4_resid_name(o->trunk.resid),
 		x4t_prec_name(o->trunk.prec), x4t_kv_name(&o->trunk), threads, ts->max_ctx,
 		ts->prefill_chunk, (unsigned long long)o->trunk.mem_limit, o->samp.temperature,
@@ -530,12 +530,12 @@ int main(int argc, char **argv)
 		x4t_warn("model %s (fingerprint %s), device %s (%s), commit %s", paths.gguf,
 			 x4_model_fingerprint(m), o.device, ts.device, x4_commit());
 		x4t_warn("%s of %d token%s at context %ld, %ld steps; graph %s, hc %s, attn %s, gemm %s, copy %s, "
-			 "head rows %s, sublayer %s, resid %s, prec %s, kv-cache %s, threads %d, max-model-len %d, "
+			 "sublayer %s, resid %s, prec %s, kv-cache %s, threads %d, max-model-len %d, "
 			 "prefill chunk %d, temperature %g, top_k %d, top_p %g, seed %llu",
 			 o.prefill ? "prefill" : "decode", res.s.tokens, res.s.tokens == 1 ? "" : "s",
 			 o.context, o.steps, o.trunk.no_graph ? "off" : "on",
 			 o.trunk.hc_eager ? "eager" : "fused", x4t_attn_name(o.trunk.device, ts.attn), x4t_gemm_name(&o.trunk),
-			 x4t_copy_name(&o.trunk), x4t_head_rows_name(&o.trunk), x4t_sub_name(o.trunk.sublayer),
+			 x4t_copy_name(&o.trunk), x4t_sub_name(o.trunk.sublayer),
 			 x4_resid_name(o.trunk.resid), x4t_prec_name(o.trunk.prec),
 			 x4t_kv_name(&o.trunk), threads, ts.max_ctx, ts.prefill_chunk,
 			 o.samp.temperature, o.samp.top_k, o.samp.top_p,

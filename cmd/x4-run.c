@@ -32,7 +32,7 @@ static void usage(FILE *f)
 "              [--prec f32|f64] [--kv-cache f16|exact] [--hc fused|eager]\n"
 "              [--gpu-memory SIZE] [--sublayer f32|bf16|f16] [--graph on|off]\n"
 "              [--prefill-chunk N] [--pdl on|off] [--attn auto|fp32|mma]\n"
-"              [--gemm mma|fma] [--copy block|warp] [--head-rows 1|2|4]\n"
+"              [--gemm mma|fma] [--copy block|warp]\n"
 "              [--dump-logits FILE.npy] [--tokenize] [--json]\n"
 "Generate text from a xing4_0 checkpoint; statistics go to stderr.\n"
 "  -m, --model PATH        a .gguf or a folder holding one (default: the tiny\n"
@@ -239,13 +239,12 @@ static void print_stats(const struct opts *o, const x4_model *m, const x4_paths 
 	if (!o->json) {
 		x4t_warn("model %s (fingerprint %s), device %s, threads %d, resid %s, sublayer %s, "
 			 "prec %s, kv-cache %s, hc %s, graph %s, pdl %s, attn %s, gemm %s, copy %s, "
-			 "head rows %s, temperature %g, "
+			 "temperature %g, "
 			 "top_k %d, top_p %g, seed %llu", paths->gguf, x4_model_fingerprint(m), dev,
 			 threads, x4_resid_name(o->trunk.resid), x4t_sub_name(o->trunk.sublayer),
 			 x4t_prec_name(o->trunk.prec), x4t_kv_name(&o->trunk), hc, graph, pdl,
 			 x4t_attn_name(o->trunk.device, ts->attn), x4t_gemm_name(&o->trunk),
-			 x4t_copy_name(&o->trunk), x4t_head_rows_name(&o->trunk), o->samp.temperature,
-			 o->samp.top_k, o->samp.top_p,
+			 x4t_copy_name(&o->trunk), o->samp.temperature, o->samp.top_k, o->samp.top_p,
 			 (unsigned long long)o->samp.seed);
 		if (ts->resident_bytes)
 			x4t_warn("loaded %.2f GiB to %s in %.2f s (%.1f GB/s); KV cache %.0f MiB for "
@@ -293,12 +292,11 @@ static void print_stats(const struct opts *o, const x4_model *m, const x4_paths 
 	x4t_json_str(f, ts->device, strlen(ts->device));
 	fprintf(f, ",\"sublayer\":\"%s\",\"prec\":\"%s\",\"kv_cache\":\"%s\",\"hc\":\"%s\","
 		"\"graph\":\"%s\",\"pdl\":\"%s\",\"attn\":\"%s\",\"gemm\":\"%s\",\"copy\":\"%s\","
-		"\"head_rows\":\"%s\",\"gpu_memory_bytes\":%llu,"
+		"\"gpu_memory_bytes\":%llu,"
 		"\"model\":",
 		x4t_sub_name(o->trunk.sublayer), x4t_prec_name(o->trunk.prec), x4t_kv_name(&o->trunk),
 		hc, graph, pdl, x4t_attn_name(o->trunk.device, ts->attn), x4t_gemm_name(&o->trunk),
-		x4t_copy_name(&o->trunk), x4t_head_rows_name(&o->trunk),
-		(unsigned long long)o->trunk.mem_limit);
+		x4t_copy_name(&o->trunk), (unsigned long long)o->trunk.mem_limit);
 	x4t_json_str(f, paths->gguf, strlen(paths->gguf));
 	fprintf(f, ",\"model_fingerprint\":\"%s\",\"commit\":\"%s\",\"device\":\"%s\","
 		"\"threads\":%d,\"resid\":\"%s\",\"chat\":%s,\"temperature\":%g,\"top_k\":%d,"

@@ -24,9 +24,12 @@
  *
  * Q6_K with k <= 4096 and rows of an even number of 210-byte blocks (4-byte
  * aligned; the head's 3584 is 14) takes gemv_q6k_rows_kernel: 4 rows a warp
- * (x4k_q6k_rows_set: 2, or 1 for gemv_q6k_kernel, a warp a row), copied whole
- * into shared memory in one round, x loaded once a block and each read of it
- * serving the warp's rows; the same sums as gemv_kernel.
+ * (2 where the card's shared memory does not take 4's block; 1 in
+ * gemv_q6k_kernel, a warp a row, where it takes neither), copied whole into
+ * shared memory in one round, x loaded once a block and each read of it
+ * serving the warp's rows; the same sums as gemv_kernel.  4 rows a warp
+ * made the decode step 1.018x faster at 512 tokens of context than 1 and
+ * 1.005x than 2 (bench/RESULTS.md 37).
  *
  * Everything else takes gemv_kernel: a warp per row, eight rows a block;
  * the row's bytes are staged through shared memory with 16-byte loads and
@@ -563,9 +566,9 @@ extern "C" int x4k_gemv(int type, const void *w, int n, int k, const float *x, f
 	case X4_T_Q6_K:
 		if (k <= Q6_KMAX && row_bytes(X4_T_Q6_K, k) % 4 == 0 && !((uintptr_t)w & 3) &&
 		    !((uintptr_t)x & 15)) { /* rows 4-byte aligned: an even count of 210-byte blocks */
-			const int rows = q6k_rows.load();
-			if (!(rows == 4 && gemv_q6k_rows<4>(wb, n, k, x, y, s)) &&
-			    !(rows == 2 && gemv_q6k_rows<2>(wb, n, k, x, y, s)))
+			const int rows = q6k_rows.load(); /* the largest form the card takes */
+			if (!(rows >= 4 && gemv_q6k_rows<4>(wb, n, k, x, y, s)) &&
+			    !(rows >= 2 && gemv_q6k_rows<2>(wb, n, k, x, y, s)))
 				x4p::launch(gemv_q6k_kernel, grid, block, 0, s, wb, n, k, x, y);
 		} else
 			gemv_kernel<X4_T_Q6_K><<<grid, block, 0, s>>>(wb, n, k, x, y);

@@ -56,7 +56,12 @@
  * expert's gate and up, a dense column of blocks in the routed experts'
  * launch (one launch fewer a MoE layer; its blocks stream while the routed
  * ones wait for the route table: 1.011x of the step at 512,
- * bench/RESULTS.md 36).  The warp builds its B fragments in shared memory,
+ * bench/RESULTS.md 36).  At the batch-1 step the routed blocks wait for
+ * the router's scores instead of a selection launch: every warp runs the
+ * router's top k (moe_route_dev.cuh) and takes its tile's expert, and the
+ * first block writes the selection and the table for the down (one launch
+ * fewer a MoE layer: 1.023x of the step at 512, 1.028x at 4,096,
+ * bench/RESULTS.md 37).  The warp builds its B fragments in shared memory,
  * runs the MMAs group by group, and the warps' per-row sums are added
  * through shared memory in warp order (no atomics: the same bits every
  * run); the block's

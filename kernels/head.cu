@@ -15,9 +15,10 @@ constexpr int HEAD_MAXC = 12288 / HEAD_THREADS;      /* a thread's columns at th
  * streams in order, and keeps their means in registers; a round's loads
  * (HEAD_COLS columns of every stream) are all issued before its first sum,
  * so the decode step's one token costs one round trip rather than one a
- * column (11 us at D 3584 on the H200, bench/RESULTS.md 37).  Launched
- * with programmatic dependent launch, so the head's product behind it
- * streams its weights meanwhile. */
+ * column (3.7 us against 11.2 at D 3584 on the H200; launched with
+ * programmatic dependent launch, so the head's product behind it streams
+ * its weights meanwhile: the decode step 1.005x faster at 512 tokens of
+ * context, bench/RESULTS.md 37). */
 template <int NHC>
 __global__ void __launch_bounds__(HEAD_THREADS)
 head_kernel(int D, const float *__restrict__ H, const float *__restrict__ gain, float eps,
@@ -65,37 +66,8 @@ head_kernel(int D, const float *__restrict__ H, const float *__restrict__ gain, 
 	}
 }
 
-/* TEMPORARY (pricing): the kernel before, a column a round trip, the mean
- * in shared memory (D <= 12256), launched plainly. */
-__global__ void __launch_bounds__(256)
-head_kernel_old(int n_hc, int D, const float *__restrict__ H, const float *__restrict__ gain,
-		float eps, float *__restrict__ y)
-{
-	extern __shared__ float hb[]; /* [D] the mean */
-	__shared__ float red[32];
-	const float *h = H + (size_t)blockIdx.x * n_hc * D;
-	const float inv_hc = 1.0f / (float)n_hc;
-	float ss = 0;
-	for (int i = threadIdx.x; i < D; i += blockDim.x) {
-		float v = 0;
-		for (int s = 0; s < n_hc; s++)
-			v += h[(size_t)s * D + i];
-		v *= inv_hc;
-		hb[i] = v;
-		ss = fmaf(v, v, ss);
-	}
-	ss = x4c::block_sum(ss, red);
-	const float inv = 1.0f / sqrtf(ss / (float)D + eps);
-	float *yr = y + (size_t)blockIdx.x * D;
-	for (int i = threadIdx.x; i < D; i += blockDim.x)
-		yr[i] = gain ? (hb[i] * inv) * gain[i] : hb[i] * inv;
-}
-
-int head_old; /* TEMPORARY (pricing) */
-
 } /* namespace */
 
-extern "C" void x4k_head_old_set(int on) { head_old = on; }
 
 extern "C" int x4k_head(int n_tok, int n_hc, int D, const float *H, const float *gain, float eps,
 			float *y, cudaStream_t s, x4_err *e)
@@ -107,11 +79,7 @@ extern "C" int x4k_head(int n_tok, int n_hc, int D, const float *H, const float 
 		return 0;
 	if (!H || !y)
 		return x4_err_set(e, X4_EINVAL, "x4k_head: NULL buffer");
-	if (head_old) {
-		head_kernel_old<<<n_tok, 256, (size_t)D * sizeof(float), s>>>(n_hc, D, H, gain, eps, y);
-	} else {
-		X4C_NHC_SWITCH(n_hc, NHC,
-			x4p::launch(head_kernel<NHC>, dim3(n_tok), dim3(HEAD_THREADS), 0, s, D, H, gain, eps, y));
-	}
+	X4C_NHC_SWITCH(n_hc, NHC,
+		x4p::launch(head_kernel<NHC>, dim3(n_tok), dim3(HEAD_THREADS), 0, s, D, H, gain, eps, y));
 	return x4_cuda_launched("x4k_head: launch", e);
 }

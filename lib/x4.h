@@ -533,13 +533,6 @@ typedef struct x4_trunk_opts {
 	bool warp_copy;    /* GPU: the decode step's IQ4_NL tensor-core products copy their
 	                      weights a warp's slice at a time (the arm the default, a block's
 	                      rows as one contiguous span, is priced against; the same bits) */
-	bool route_launch; /* GPU, TEMPORARY (pricing): the decode step's router selection in its
-	                      own launch, not inside the experts' gate/up launch */
-	bool head_old;     /* GPU, TEMPORARY (pricing): the streams' mean before the head a column
-	                      a round trip, launched plainly */
-	int head_rows;     /* GPU: rows a warp of the LM head's Q6_K product (x4k_q6k_rows_set):
-	                      1 (a warp a row, the arm the others are priced against), 2 or
-	                      4; 0 reads as the default, 4; the same bits.  Temporary */
 	bool no_reserve;   /* GPU, a load option: plan to the last byte, keeping none of
 	                      X4_MEM_RESERVE_BYTES free (x4-ceiling's hardware edge; never
 	                      for serving: the context's own growth then lands in a request) */
@@ -554,10 +547,9 @@ typedef struct x4_trunk x4_trunk;
 int x4_trunk_create(x4_trunk **t, const x4_model *m, const x4_trunk_opts *o, x4_err *e);
 void x4_trunk_free(x4_trunk *t);
 /* Apply new request options (resid, prec, threads, prefill_chunk, hc_eager,
- * kv, sublayer, no_graph, pdl, attn, gemm, warp_copy, head_rows, max_ctx) to
- * a trunk without loading the weights again: the cache and the workspaces
- * are made anew for them and the context is reset.  The load options
- * (device, mem_limit, no_reserve) cannot change:
+ * kv, sublayer, no_graph, pdl, attn, gemm, warp_copy, max_ctx) to a trunk without loading the weights
+ * again: the cache and the workspaces are made anew for them and the
+ * context is reset.  The load options (device, mem_limit, no_reserve) cannot change:
  * X4_EINVAL names the option and says that it needs the weights reloaded.
  * On failure the trunk is left as it was when that is possible, else
  * unusable until a configure succeeds (every call then fails, named). */

@@ -154,12 +154,15 @@ int x4k_gemm_mma_get(void);
  * 144-byte slice of the 16 rows.  The same bits either way. */
 void x4k_tc_copy_set(int block);
 int x4k_tc_copy_get(void);
-/* Rows a warp of x4k_gemv's Q6_K kernel (the LM head's: rows of an even
- * number of blocks, k <= 4096), process-wide (the trunk sets it from
- * x4_trunk_opts.head_rows): 1 a warp a row (gemv_q6k_kernel), 2 or 4 (the
- * default; anything else reads as 4) that many adjacent rows sharing each
- * read of x (gemv_q6k_rows_kernel).  The same bits every way.  A temporary
- * switch, for pricing the forms against each other in one process. */
+/* The most rows a warp x4k_gemv's Q6_K kernel (the LM head's: rows of an
+ * even number of blocks, k <= 4096) may take, process-wide: 4 (the
+ * default; anything but 1 and 2 reads as 4), 2 or 1.  The launcher takes
+ * the largest form up to it that the card's shared memory allows: 4 or 2
+ * adjacent rows sharing each read of x (gemv_q6k_rows_kernel: 108 and 62
+ * KB a block for the head), else a warp a row (gemv_q6k_kernel).  The
+ * same bits every way; the setting is for the tests, which compare the
+ * forms (4 rows a warp is 1.018x the decode step's rate at 512 tokens of
+ * context against 1, 1.005x against 2, bench/RESULTS.md 37). */
 void x4k_q6k_rows_set(int rows);
 int x4k_q6k_rows_get(void);
 
@@ -312,7 +315,6 @@ enum { X4K_NARROW_BF16 = 1, X4K_NARROW_F16 = 2 };
 int x4k_narrow(int64_t n, float *x, int dtype, cudaStream_t s, x4_err *e);
 
 /* docs/forward.md 8 before the logits: y[t] = RMS_gain(mean_s H[t][s]).  H [n_tok][n_hc][D]. */
-void x4k_head_old_set(int on); /* TEMPORARY (pricing): the kernel a column a round trip, plainly launched */
 int x4k_head(int n_tok, int n_hc, int D, const float *H, const float *gain, float eps,
 	     float *y, cudaStream_t s, x4_err *e);
 

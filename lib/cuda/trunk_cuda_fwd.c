@@ -291,8 +291,10 @@ static int moe(const fwd *f, int b, x4k_moe_routes *r)
 	}
 	bool sh = hw->ffn_gate_shexp != NULL;
 	/* the batch-1 step selects inside the experts' first launch
-	 * (x4k_moe_experts_sum's pick): the router is its logits alone */
-	const bool pick = T == 1 && sh && !t->o.route_launch;
+	 * (x4k_moe_experts_sum's pick), the router its logits alone: one
+	 * launch fewer a layer, the step 1.023x faster at 512 tokens of
+	 * context and 1.028x at 4,096 (bench/RESULTS.md 37) */
+	const bool pick = T == 1 && sh;
 	const x4k_moe_pick pk = { d->exp_probs_b, c->expert_scale, c->expert_norm };
 	if (rc || (rc = mark2(f, X4_PC_ROUTER, "moe_router", hw->ffn_gate_inp->nbytes,
 			      hw->exp_probs_b->nbytes)))
@@ -533,8 +535,6 @@ static int run(x4_trunk_cuda *t, const int32_t *ids, int n, float *logits, bool 
 	x4k_pdl_set(t->o.pdl); /* process-wide: a trunk sets its own before it launches */
 	x4k_gemm_mma_set(t->o.gemm == X4_GEMM_MMA); /* likewise */
 	x4k_tc_copy_set(!t->o.warp_copy);          /* likewise */
-	x4k_head_old_set(t->o.head_old);           /* TEMPORARY: pricing */
-	x4k_q6k_rows_set(t->o.head_rows);          /* likewise */
 	fwd f = { t, &t->w, c, t->s, 0, e };
 	int rc = 0;
 	for (int done = 0; done < n && !rc; done += t->chunk) {

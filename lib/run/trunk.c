@@ -33,9 +33,6 @@ void x4_trunk_opts_default(x4_trunk_opts *o)
 	 * context, 1.135x at 4096, 1.73x at 32,500 by x4-run (bench/RESULTS.md
 	 * 23); fp32 where the card or the checkpoint does not take it. */
 	o->attn = X4_ATTN_AUTO;
-	/* The LM head's Q6_K product 4 rows a warp, each read of x serving the
-	 * 4 (kernels/gemv_quant.cu); the same bits as 1. */
-	o->head_rows = 4;
 }
 
 int x4_trunk_opts_ctx(const x4_model *m, const x4_trunk_opts *o)
@@ -70,9 +67,6 @@ static int check_opts(const x4_model *m, const x4_trunk_opts *o, x4_trunk_opts *
 				  o->attn);
 	if (o->gemm != X4_GEMM_MMA && o->gemm != X4_GEMM_FMA)
 		return x4_err_set(e, X4_EINVAL, "prefill product core %d is not one of mma, fma", o->gemm);
-	if (o->head_rows != 0 && o->head_rows != 1 && o->head_rows != 2 && o->head_rows != 4)
-		return x4_err_set(e, X4_EINVAL, "head rows a warp %d is not one of 1, 2, 4 (0: the "
-				  "default)", o->head_rows);
 	/* (the compute capability, sm_80 for mma, is the CUDA trunk's to check) */
 	if (o->device >= 0 && o->attn == X4_ATTN_MMA &&
 	    !x4k_mla_mma_shape(c->n_head, c->kv_lora, c->d_rope))
@@ -146,9 +140,9 @@ int x4_trunk_configure(x4_trunk *t, const x4_trunk_opts *o, x4_err *e)
 	if (rc)
 		return rc;
 	if (t->cuda) {
-		/* (a change of pdl, attn, gemm, warp_copy or head_rows alone also
-		 * lands here: the step's graph is captured anew with the
-		 * launches' new attributes or the other attention kernel) */
+		/* (a change of pdl, attn, gemm or warp_copy alone also lands here: the
+		 * step's graph is captured anew with the launches' new
+		 * attributes or the other attention kernel) */
 		rc = x4_trunk_cuda_configure(t->cuda, &r, e);
 	} else {
 		/* The CPU trunk reads the weights in place: a new one costs its
@@ -384,8 +378,8 @@ int x4_trunk_cache_restore(x4_trunk *t, int n, const void *rows, x4_err *e)
  *   tests/test_session.c checks it through the store; on a GPU the chunk
  *   picks GEMM or GEMV and the rows may differ in the last bits, as they
  *   do between any two chunkings of a fresh prefill), no_graph and pdl
- *   (the same kernels in the same order), and warp_copy and head_rows (the
- *   same arithmetic, its operands copied or read in another order). */
+ *   (the same kernels in the same order), and warp_copy (the same
+ *   arithmetic, its operands copied in another order). */
 void x4_trunk_cache_key(const x4_trunk *t, x4_cache_key *k)
 {
 	memset(k, 0, sizeof *k);
