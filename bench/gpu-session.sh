@@ -45,11 +45,19 @@
 # Logs and tables go to $OUT (or build/gpu-out when OUT is unset).
 set -u
 # The device tool brings back at most 8 files from $OUT: everything is
-# written to a work folder and packed into $OUT/session.tgz at exit.
+# written to a work folder and packed into $OUT/session.tgz at exit (a
+# second run into the same $OUT packs session-2.tgz, and so on, and appends
+# to its session.log: call 24's levers were lost to the profile's pack).
 FINAL=${OUT:-build/gpu-out}
 OUT=$(mktemp -d /tmp/x4-gpu-out.XXXXXX)
 mkdir -p "$FINAL"
-trap 'cp "$OUT/session.log" "$FINAL/" 2>/dev/null; tar czf "$FINAL/session.tgz" -C "$OUT" .' EXIT
+pack() {
+	local name=session.tgz n=2
+	while [ -e "$FINAL/$name" ]; do name=session-$n.tgz; n=$((n + 1)); done
+	cat "$OUT/session.log" >>"$FINAL/session.log" 2>/dev/null
+	tar czf "$FINAL/$name" -C "$OUT" .
+}
+trap pack EXIT
 steps=${*:-build test-gpu full bench sanitize}
 COMMIT=${COMMIT:-$(git describe --always --dirty 2>/dev/null || echo unknown)}
 export X4_COMMIT=$COMMIT
