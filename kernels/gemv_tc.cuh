@@ -706,6 +706,7 @@ struct rows_args {
 	const uint8_t *s0, *s1; /* MOE only, may be NULL: the shared expert's gate and up, [n][k] */
 	float *sy;              /* its SwiGLU product, [n] */
 	bool blk;               /* stage_block (x4k_tc_copy_get), else each warp its own slice */
+	bool late_trigger;      /* TEMPORARY (pricing): with pk.bias, trigger the down after the wait */
 };
 
 constexpr int MAX_THREADS = 32 * 20;
@@ -733,8 +734,9 @@ tc_rows_kernel(rows_args a)
 	if (routed) { /* the table is an activation: wait first */
 		const int m = blockIdx.x;
 		float bv[PICK_J];
-		if (a.pk.bias) { /* a weight: before the wait */
+		if (a.pk.bias) /* a weight: before the wait */
 			x4route::load_bias<PICK_J>(lane, a.r.n_expert, a.pk.bias, bv);
+		if (a.pk.bias && a.late_trigger) {
 			/* the down behind starts only once the scores are complete
 			 * (it selects from them before its own wait) */
 			x4p::wait();
@@ -1088,6 +1090,7 @@ static bool moe_gu(const x4k_moe_routes *r, const x4k_moe_pick *pick, const floa
 	a.x = x, a.y = h, a.n = f, a.k = d, a.r = *r;
 	if (pick)
 		a.pk = *pick;
+	a.late_trigger = x4k_tc_down_early_get();
 	a.s0 = static_cast<const uint8_t *>(sgate), a.s1 = static_cast<const uint8_t *>(sup), a.sy = sh;
 	a.blk = x4k_tc_copy_get();
 	x4p::launch(tc_rows_kernel<CORE, 2, NG, true>, dim3((unsigned)r->max_tiles + (sgate ? 1u : 0u), f / ROWS),
