@@ -76,7 +76,8 @@ static void warp_op(int op, const uint32_t *in, int nin, uint32_t *out, int nout
 		w.op = op;
 	else if (w.op != op)
 		die("divergent warp collective");
-	memcpy(w.in[l], in, nin * 4);
+	if (nin) /* __syncwarp passes none: memcpy's NULL is undefined even for 0 bytes */
+		memcpy(w.in[l], in, nin * 4);
 	if (++w.arrived == 32) {
 		f(w);
 		w.arrived = 0;
@@ -87,7 +88,8 @@ static void warp_op(int op, const uint32_t *in, int nin, uint32_t *out, int nout
 		while (w.gen == g)
 			yield_();
 	}
-	memcpy(out, w.out[l], nout * 4);
+	if (nout)
+		memcpy(out, w.out[l], nout * 4);
 }
 
 static void syncwarp_c(emu_warp &) {}
