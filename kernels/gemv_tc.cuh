@@ -708,8 +708,8 @@ struct rows_args {
 	bool blk;               /* stage_block (x4k_tc_copy_get), else each warp its own slice */
 };
 
-constexpr int MAX_THREADS = 32 * 20;
-constexpr int PICK_J = 2; /* a routed block's own selection: up to 64 experts (two a lane) */ /* the fused down of f 1024 in ranges of one group: 5 x 4 warps */
+constexpr int MAX_THREADS = 32 * 20; /* the fused down of f 1024 in ranges of one group: 5 x 4 warps */
+constexpr int PICK_J = 2; /* a routed block's own selection: up to 64 experts (two a lane) */
 
 template <class CORE, int MT, int NG, bool MOE>
 __global__ void __launch_bounds__(MAX_THREADS)

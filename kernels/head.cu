@@ -68,7 +68,6 @@ head_kernel(int D, const float *__restrict__ H, const float *__restrict__ gain, 
 
 } /* namespace */
 
-
 extern "C" int x4k_head(int n_tok, int n_hc, int D, const float *H, const float *gain, float eps,
 			float *y, cudaStream_t s, x4_err *e)
 {

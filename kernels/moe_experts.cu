@@ -625,8 +625,8 @@ static int shared_swiglu(int stype, const void *sgate, const void *sup, const fl
 }
 
 extern "C" int x4k_moe_experts_sum(const x4k_moe_routes *r, const x4k_moe_pick *pick, int type,
-				   const float *x, int d, int f,
-				   const void *gate, const void *up, const void *down, int stype,
+				   const float *x, int d, int f, const void *gate, const void *up,
+				   const void *down, int stype,
 				   const void *sgate, const void *sup, const void *sdown, float *sh,
 				   void *ws, size_t ws_bytes, float *y, cudaStream_t s, x4_err *e)
 {

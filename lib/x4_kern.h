@@ -272,8 +272,7 @@ int x4k_moe_experts(const x4k_moe_routes *r, int type, const float *x, int d, in
  * its own expert, the first writes the table), else that call's launch
  * first. */
 int x4k_moe_experts_sum(const x4k_moe_routes *r, const x4k_moe_pick *pick, int type, const float *x,
-			int d, int f,
-			const void *gate, const void *up, const void *down, int stype,
+			int d, int f, const void *gate, const void *up, const void *down, int stype,
 			const void *sgate, const void *sup, const void *sdown, float *sh, void *ws,
 			size_t ws_bytes, float *y, cudaStream_t s, x4_err *e);
 

@@ -304,7 +304,7 @@ static int moe(const fwd *f, int b, x4k_moe_routes *r)
 					 c->expert_scale, c->expert_norm, f->s, f->e);
 	if (rc)
 		return rc;
-	if (T == 1 && sh) {
+	if (pick) {
 		/* the batch-1 step in two launches (x4k_moe_experts_sum): the
 		 * experts' gate and up with the shared expert's (the step 1.011x
 		 * faster than with its own launch before them at 512 tokens of
@@ -323,9 +323,9 @@ static int moe(const fwd *f, int b, x4k_moe_routes *r)
 			gu += sg->nbytes + su->nbytes;
 		mark2(f, X4_PC_EXPERTS, "moe_experts_sum", gu,
 		      dn == X4_PROF_UNKNOWN ? dn : dn + sd->nbytes);
-		return x4k_moe_experts_sum(r, pick ? &pk : NULL, hw->ffn_gate_exps->type, w->xh,
-					   c->n_embd, c->n_ff_exp, d->ffn_gate_exps, d->ffn_up_exps, d->ffn_down_exps, sd->type,
-					   inside ? d->ffn_gate_shexp : NULL,
+		return x4k_moe_experts_sum(r, &pk, hw->ffn_gate_exps->type, w->xh, c->n_embd,
+					   c->n_ff_exp, d->ffn_gate_exps, d->ffn_up_exps,
+					   d->ffn_down_exps, sd->type, inside ? d->ffn_gate_shexp : NULL,
 					   inside ? d->ffn_up_shexp : NULL, d->ffn_down_shexp, w->h,
 					   w->exp_ws, w->exp_ws_bytes, w->y, f->s, f->e);
 	}
