@@ -252,24 +252,26 @@ static char *run_json(const struct opts *o, const x4_model *m, const x4_paths *p
 /* One output row; NAN prints as NA (TSV) or null (JSON). */
 struct row {
 	const char *section, *name, *cls;
-	double launches, us, share_pct, min_us, max_us, bytes, gbps, ceiling_pct;
+	double launches, us, share_pct, min_us, max_us, bytes, gbps, ceiling_pct, exposed_us;
 };
 
 static const char *const fields[] = {
 	"section", "name", "class", "launches_step", "us_step", "share_pct", "min_us", "max_us",
-	"bytes_step", "gbps", "ceiling_pct",
+	"bytes_step", "gbps", "ceiling_pct", "exposed_us",
 };
-static const char *const fmts[] = { "%.2f", "%.3f", "%.2f", "%.3f", "%.3f", "%.0f", "%.1f", "%.1f" };
+static const char *const fmts[] = { "%.2f", "%.3f", "%.2f", "%.3f", "%.3f", "%.0f", "%.1f", "%.1f",
+				    "%.3f" };
+#define NVAL (sizeof fmts / sizeof fmts[0])
 
 static void put_row(bool json, const struct row *r)
 {
-	double v[8] = { r->launches, r->us, r->share_pct, r->min_us, r->max_us, r->bytes, r->gbps,
-			r->ceiling_pct };
+	double v[NVAL] = { r->launches, r->us, r->share_pct, r->min_us, r->max_us, r->bytes,
+			   r->gbps, r->ceiling_pct, r->exposed_us };
 	if (json) {
 		x4t_outf("{\"section\":\"%s\",\"name\":", r->section);
 		x4t_json_str(stdout, r->name, strlen(r->name));
 		x4t_outf(",\"class\":\"%s\"", r->cls);
-		for (int i = 0; i < 8; i++) {
+		for (size_t i = 0; i < NVAL; i++) {
 			x4t_outf(",\"%s\":", fields[i + 3]);
 			if (isfinite(v[i]))
 				x4t_outf(fmts[i], v[i]);
@@ -280,7 +282,7 @@ static void put_row(bool json, const struct row *r)
 		return;
 	}
 	x4t_outf("%s\t%s\t%s", r->section, r->name, r->cls);
-	for (int i = 0; i < 8; i++) {
+	for (size_t i = 0; i < NVAL; i++) {
 		x4t_outf("\t");
 		if (isfinite(v[i]))
 			x4t_outf(fmts[i], v[i]);
@@ -301,7 +303,7 @@ static void rate(struct row *r, double bytes, double us, double ceiling)
 static struct row prof_row(const char *section, const x4_prof_row *p, double ceiling)
 {
 	struct row r = { section, p->name, x4_prof_class_name(p->cls), p->launches, p->us,
-			 100 * p->share, p->min_us, p->max_us, NAN, NAN, NAN };
+			 100 * p->share, p->min_us, p->max_us, NAN, NAN, NAN, p->exposed_us };
 	rate(&r, p->bytes, p->us, ceiling);
 	return r;
 }
@@ -309,7 +311,7 @@ static struct row prof_row(const char *section, const x4_prof_row *p, double cei
 /* A row of the step section. */
 static struct row step_row(const char *name, double launches, double us, double wall)
 {
-	struct row r = { "step", name, "-", launches, us, NAN, NAN, NAN, NAN, NAN, NAN };
+	struct row r = { "step", name, "-", launches, us, NAN, NAN, NAN, NAN, NAN, NAN, NAN };
 	r.share_pct = isfinite(us) && wall > 0 ? 100 * us / wall : NAN;
 	return r;
 }

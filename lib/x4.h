@@ -1016,6 +1016,7 @@ typedef struct x4_prof_row {
 	int cls;               /* enum x4_prof_class */
 	double launches;       /* a step */
 	double us;             /* device time a step (CPU: wall time) */
+	double exposed_us;     /* of us, what runs past every earlier-started kernel's end */
 	double share;          /* of all kernel time, 0..1 */
 	double min_us, max_us; /* one launch */
 	double bytes;          /* read a step: the weights and latent cache the
@@ -1039,7 +1040,7 @@ typedef struct x4_prof_summary {
 	int64_t outside;         /* kernels starting before or ending after their
 				  * step on the host's clock */
 	double kernel_us;        /* sum of kernel times a step */
-	double busy_us;          /* time some kernel ran a step (their union) */
+	double busy_us;          /* time some kernel ran a step (union: the sum of exposed_us) */
 	double gaps;             /* gaps between consecutive kernels a step */
 	double gap_us;           /* their total a step */
 	double gap_max_us;       /* the largest in any step */

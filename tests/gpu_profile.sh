@@ -6,6 +6,8 @@
 #     enqueued in it (a graphed step: the kernel nodes of its graph; an eager
 #     one: its launches), and every kernel was launched by a marked operation;
 #   - every kernel's device start and end lie inside its step's host bracket;
+#   - the kernels' exposed times sum to the step's busy time, and none is more
+#     than its kernel's own time;
 #   - the trace parses and holds the N steps, each with its
 #     kernels on the GPU track;
 #   - graphed and eager profiles name the same kernels, as many a step, and
@@ -60,6 +62,12 @@ cls = [l for l in lines if l["section"] == "class"]
 for rows in (kern, cls):
     tot = sum(r["share_pct"] for r in rows)
     assert abs(tot - 100) < 0.5, ("shares", tot)
+# Exposed time: a kernel's part of the step's busy time, never more than its
+# own time; overlapping kernels (programmatic dependent launch) share it out.
+exp, busy = sum(r["exposed_us"] for r in kern), s["busy_us_step"]
+assert abs(exp - busy) <= 0.01 * busy, ("exposed sum", exp, "busy", busy)
+for r in kern + cls:
+    assert 0 <= r["exposed_us"] <= r["us_step"] + 0.01, ("exposed", r)
 path = sys.argv[2]
 d = json.load(gzip.open(path) if path.endswith(".gz") else open(path))
 assert d["otherData"]["profiled"] is True, d["otherData"]
@@ -120,7 +128,7 @@ check profile.ceiling_and_classes "$([ "$msg" = ok ]; echo $?)" "$msg"
 
 # The tables as TSV: a header and rows, nothing else on stdout.
 "$PROF" -m "$MODEL" --device "$DEV" --context 16 --steps 2 >"$tmp/t.tsv" 2>"$tmp/t.err"; rc=$?
-head -n 1 "$tmp/t.tsv" | grep -q '^section	name	class	launches_step	us_step	share_pct	min_us	max_us	bytes_step	gbps	ceiling_pct$'
+head -n 1 "$tmp/t.tsv" | grep -q '^section	name	class	launches_step	us_step	share_pct	min_us	max_us	bytes_step	gbps	ceiling_pct	exposed_us$'
 check profile.tsv $((rc != 0 || $? != 0)) "exit $rc: $(head -c 300 "$tmp/t.err")"
 grep -qx '# profiled run: not a speed' "$tmp/t.err"
 check profile.tsv.says_profiled $? "$(head -c 300 "$tmp/t.err")"

@@ -7,8 +7,8 @@
  * correlation id (the runtime's and the driver's beneath it), the bytes of
  * an operation's kernels part by part or on its longest kernel, the cache
  * rows growing with the step's position, the trunk's count against the
- * records, and the trace's file.  The CPU side runs for real in
- * tests/tool_profile.sh.
+ * records, each kernel's exposed time where kernels overlap, and the
+ * trace's file.  The CPU side runs for real in tests/tool_profile.sh.
  */
 #include "t.h"
 #include "prof_int.h"
@@ -172,10 +172,51 @@ static void test_branch(void)
 	x4_prof_free(p);
 }
 
+/* Kernels that overlap, as under programmatic dependent launch: b starts
+ * before a ends (and would wait for a inside itself), c lies wholly inside
+ * b, d follows after a gap.  Each is credited what it runs past the latest
+ * end before it: a 100 ns, b 60, c none, d 10; their sum is the step's busy
+ * time. */
+static void test_overlap(void)
+{
+	const char *kn[] = { "a_kernel", "b_kernel", "c_kernel", "d_kernel" };
+	x4_prof *p = new_prof(kn, 4);
+	static const int cls[] = { X4_PC_HC, X4_PC_ATTN, X4_PC_ROUTER, X4_PC_ROUTER };
+	static const uint64_t t[4][2] = { { 100, 200 }, { 150, 260 }, { 170, 250 }, { 300, 310 } };
+	static const double exposed[] = { 0.100, 0.060, 0, 0.010 };
+	add_step(p, 0, 1000, 5, true, 4);
+	for (int i = 0; i < 4; i++) {
+		int op = add_op(p, cls[i], kn[i], 1, 0, 0, 0, 0, 0);
+		add_launch(p, 70 + (uint32_t)i, op, 0, -1, true);
+		add_kernel(p, 70 + (uint32_t)i, i, t[i][0], t[i][1], 0);
+	}
+	x4_prof_result r;
+	x4_err e = { 0 };
+	int rc = x4_prof_finish(p, &r, &e);
+	T_OK(rc == 0, "prof.overlap.finish", "%s", e.msg);
+	if (!rc) {
+		for (int i = 0; i < 4; i++) {
+			const x4_prof_row *k = find(r.kernels, r.n_kernels, kn[i], cls[i]);
+			T_OK(k && fabs(k->exposed_us - exposed[i]) < 1e-12, "prof.overlap.exposed",
+			     "%s: exposed %g us, want %g", kn[i], k ? k->exposed_us : -1,
+			     exposed[i]);
+		}
+		const x4_prof_row *c = find(r.classes, r.n_classes, "moe_router", X4_PC_ROUTER);
+		T_OK(c && fabs(c->exposed_us - 0.010) < 1e-12 && fabs(c->us - 0.090) < 1e-12,
+		     "prof.overlap.class", "router: exposed %g us, us %g; want 0.01, 0.09",
+		     c ? c->exposed_us : -1, c ? c->us : -1);
+		T_OK(fabs(r.s.busy_us - 0.170) < 1e-12 && fabs(r.s.kernel_us - 0.300) < 1e-12,
+		     "prof.overlap.busy", "busy %g us (want 0.17), kernels %g us (want 0.3)",
+		     r.s.busy_us, r.s.kernel_us);
+	}
+	x4_prof_free(p);
+}
+
 int main(void)
 {
 	test_node_slot();
 	test_branch();
+	test_overlap();
 
 	const char *kn[] = { "gate_kernel", "gu_kernel", "down_kernel", "attn_kernel", "combine" };
 	x4_prof *p = new_prof(kn, 5);

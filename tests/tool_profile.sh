@@ -28,7 +28,7 @@ lines = open(sys.argv[1]).read().split("\n")
 assert lines[-1] == "", "no final newline"
 lines = lines[:-1]
 want = ["section", "name", "class", "launches_step", "us_step", "share_pct", "min_us",
-        "max_us", "bytes_step", "gbps", "ceiling_pct"]
+        "max_us", "bytes_step", "gbps", "ceiling_pct", "exposed_us"]
 head = lines[0].split("\t")
 assert head == want, ("header", head)
 rows = [dict(zip(want, l.split("\t"))) for l in lines[1:]]
@@ -65,6 +65,14 @@ assert num(st["unprofiled_step"]["us_step"]) > 0, st["unprofiled_step"]
 kb = {(r["name"], r["class"]): num(r["bytes_step"]) for r in sec["kernel"]}
 assert kb[("head_logits", "head_pick")] > 0, kb
 assert kb[("moe_experts_gate_up", "routed_experts")] > 0, kb
+# The CPU's operations run one after another, so each row's exposed time is
+# all its time, and the kernel rows' exposed times make up the busy time.
+for s in ("kernel", "class"):
+    for r in sec[s]:
+        assert abs(num(r["exposed_us"]) - num(r["us_step"])) <= 0.002, ("exposed", r)
+exp = sum(num(r["exposed_us"]) for r in sec["kernel"])
+assert abs(exp - busy) <= 0.005 * busy, ("exposed sum", exp, "device_busy", busy)
+assert all(r["exposed_us"] == "NA" for r in sec["step"]), "a step row with exposed_us"
 # --ceiling 10: the share of the ceiling is the rate over 10 GB/s.
 for r in sec["kernel"]:
     b, us, g, c = num(r["bytes_step"]), num(r["us_step"]), num(r["gbps"]), num(r["ceiling_pct"])

@@ -368,7 +368,8 @@ static const char *ev_name(const x4_prof *p, const x4_prof_ev *ev)
 	return ev->name >= 0 ? p->names[ev->name] : "?";
 }
 
-static void row_add(x4_prof_row *r, const x4_prof_ev *ev)
+/* ev into row r, with its exposed time (see tabulate). */
+static void row_add(x4_prof_row *r, const x4_prof_ev *ev, uint64_t exposed_ns)
 {
 	double d = us(ev->t1 - ev->t0);
 	if (r->launches == 0 || d < r->min_us)
@@ -377,10 +378,25 @@ static void row_add(x4_prof_row *r, const x4_prof_ev *ev)
 		r->max_us = d;
 	r->launches += 1;
 	r->us += d;
+	r->exposed_us += us(exposed_ns);
 	if (ev->bytes == X4_PROF_UNKNOWN || r->bytes < 0)
 		r->bytes = -1;
 	else
 		r->bytes += (double)ev->bytes;
+}
+
+/* The row of (name, cls) in kr[0..*nk), added when there is none. */
+static x4_prof_row *kernel_row(x4_prof_row *kr, int *nk, const char *name, int cls)
+{
+	int r = 0;
+	while (r < *nk && (kr[r].cls != cls || strcmp(kr[r].name, name) != 0))
+		r++;
+	if (r == *nk) {
+		kr[r].name = name;
+		kr[r].cls = cls;
+		(*nk)++;
+	}
+	return &kr[r];
 }
 
 /* ix: the counted steps' kernel events, by step then start. */
@@ -406,26 +422,14 @@ static int tabulate(x4_prof *p, const size_t *ix, size_t n, x4_err *e)
 	int nk = 0;
 	double total_bytes = 0;
 	bool bytes_unknown = false;
-	for (size_t i = 0; i < n; i++) {
-		const x4_prof_ev *ev = &p->evs[ix[i]];
-		const char *name = ev_name(p, ev);
-		int cls = ev->op >= 0 ? p->ops[ev->op].cls : X4_PC_OTHER;
-		int r = 0;
-		while (r < nk && (kr[r].cls != cls || strcmp(kr[r].name, name) != 0))
-			r++;
-		if (r == nk) {
-			kr[nk].name = name;
-			kr[nk++].cls = cls;
-		}
-		row_add(&kr[r], ev);
-		row_add(&cr[cls], ev);
-		s->unattributed += ev->op < 0;
-		if (ev->bytes == X4_PROF_UNKNOWN)
-			bytes_unknown = true;
-		else
-			total_bytes += (double)ev->bytes;
-	}
-	/* The steps: counts, the union of kernel time, the gaps. */
+	/* One sweep of each step's kernels in start order makes the rows and
+	 * the step's figures.  end is the latest end so far; a kernel's
+	 * exposed time is what it runs past end: all of it when kernels do not
+	 * overlap; under programmatic dependent launch, where a kernel starts
+	 * before its predecessor ends and waits inside, only what it runs past
+	 * that end.  (Kernels side by side on two streams: the time they share
+	 * goes to the one that started first.)  The exposed times sum to the
+	 * step's union of kernel time. */
 	int w = 0;
 	uint64_t kernel_ns = 0, busy_ns = 0, gap_ns = 0, gap_max = 0, ngaps = 0;
 	for (size_t i = 0, j; i < n; i = j) {
@@ -434,6 +438,9 @@ static int tabulate(x4_prof *p, const size_t *ix, size_t n, x4_err *e)
 		uint64_t end = 0;
 		for (j = i; j < n && p->evs[ix[j]].step == st; j++) {
 			const x4_prof_ev *ev = &p->evs[ix[j]];
+			uint64_t from = ev->t0 > end ? ev->t0 : end;
+			uint64_t exposed = ev->t1 > from ? ev->t1 - from : 0;
+			busy_ns += exposed;
 			kernel_ns += ev->t1 - ev->t0;
 			s->outside += ev->t0 < ps->t0 || ev->t1 > ps->t1;
 			if (j > i && ev->t0 > end) {
@@ -442,10 +449,15 @@ static int tabulate(x4_prof *p, const size_t *ix, size_t n, x4_err *e)
 				ngaps++;
 				gap_max = g > gap_max ? g : gap_max;
 			}
-			uint64_t from = j > i && ev->t0 < end ? end : ev->t0;
-			if (ev->t1 > from)
-				busy_ns += ev->t1 - from;
 			end = ev->t1 > end ? ev->t1 : end;
+			int cls = ev->op >= 0 ? p->ops[ev->op].cls : X4_PC_OTHER;
+			row_add(kernel_row(kr, &nk, ev_name(p, ev), cls), ev, exposed);
+			row_add(&cr[cls], ev, exposed);
+			s->unattributed += ev->op < 0;
+			if (ev->bytes == X4_PROF_UNKNOWN)
+				bytes_unknown = true;
+			else
+				total_bytes += (double)ev->bytes;
 		}
 		p->steps[st].kernels = (int64_t)(j - i);
 	}
@@ -502,6 +514,7 @@ static int tabulate(x4_prof *p, const size_t *ix, size_t n, x4_err *e)
 			row->share = all_us > 0 ? row->us / all_us : 0;
 			row->launches /= ns_;
 			row->us /= ns_;
+			row->exposed_us /= ns_;
 			if (row->bytes > 0)
 				row->bytes /= ns_;
 		}
