@@ -706,6 +706,7 @@ struct rows_args {
 	const uint8_t *s0, *s1; /* MOE only, may be NULL: the shared expert's gate and up, [n][k] */
 	float *sy;              /* its SwiGLU product, [n] */
 	bool blk;               /* stage_block (x4k_tc_copy_get), else each warp its own slice */
+	bool late_trigger;      /* TEMPORARY (pricing): with pk.bias, trigger the down after the wait */
 };
 
 constexpr int MAX_THREADS = 32 * 20; /* the fused down of f 1024 in ranges of one group: 5 x 4 warps */
@@ -735,8 +736,15 @@ tc_rows_kernel(rows_args a)
 		float bv[PICK_J];
 		if (a.pk.bias) /* a weight: before the wait */
 			x4route::load_bias<PICK_J>(lane, a.r.n_expert, a.pk.bias, bv);
-		x4p::trigger();
-		x4p::wait();
+		if (a.pk.bias && a.late_trigger) {
+			/* the down behind starts only once the scores are complete
+			 * (it selects from them before its own wait) */
+			x4p::wait();
+			x4p::trigger();
+		} else {
+			x4p::trigger();
+			x4p::wait();
+		}
 		int ex, start, tok;
 		if (a.pk.bias) {
 			/* one token: k tiles of one route each, tile m the pick of
@@ -931,6 +939,140 @@ tc_down_sum_kernel(x4k_moe_routes r, int d, int f, const uint8_t *__restrict__ d
 #endif
 }
 
+/* TEMPORARY (pricing): the down with the routes selected before the wait
+ * (pk.bias), beside eab7707's verbatim above. */
+template <class CORE, int NG>
+__global__ void __launch_bounds__(MAX_THREADS)
+tc_down_pick_kernel(x4k_moe_routes r, x4k_moe_pick pk, int d, int f, const uint8_t *__restrict__ down,
+		   const float *__restrict__ h, const uint8_t *__restrict__ sdown, const float *__restrict__ sh,
+		   float *__restrict__ y, bool blk)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+	extern __shared__ __align__(16) uint32_t sm[];
+	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+	const int KW = nw / SUM_NM, m = warp / KW, kw = warp % KW;
+	const carve<CORE, 1, NG> cv(sm, warp, nw, lane);
+	const size_t rb = x4d::row_bytes(X4_T_IQ4_NL, f);
+	const int row0 = blockIdx.x * ROWS;
+	/* each route's expert, h row and weight: with pk.bias selected here
+	 * from the router's scores before the wait (the gate/up launch lets
+	 * this one start only once they are complete), so that the weights'
+	 * copies go out before it; else from the table after it */
+	int nt, ex[SUM_NM - 1], hr[SUM_NM - 1];
+	float wt[SUM_NM - 1];
+	if (pk.bias) {
+		float bv[PICK_J];
+		x4route::load_bias<PICK_J>(lane, r.n_expert, pk.bias, bv);
+		x4route::picks p;
+		x4route::top_k<PICK_J>(lane, r.n_expert, r.k, r.score, bv, p);
+		nt = min(r.k, SUM_NM - 1);
+#pragma unroll
+		for (int mm = 0; mm < SUM_NM - 1; mm++) {
+			const int slot = x4route::tile_slot(p, r.k, mm);
+			ex[mm] = p.ex[slot], hr[mm] = mm;
+			wt[mm] = x4route::weight(p, slot, pk.scale, pk.norm);
+		}
+	} else {
+		x4p::trigger();
+		x4p::wait(); /* the table and h */
+		nt = min(*r.n_tiles, SUM_NM - 1);
+#pragma unroll
+		for (int mm = 0; mm < SUM_NM - 1; mm++)
+			ex[mm] = mm < nt ? r.tile_expert[mm] : 0, hr[mm] = mm < nt ? r.tile_start[mm] : 0;
+	}
+	const uint8_t *w = nullptr;
+	const float *xv = nullptr;
+	if (m < SUM_NM - 1) {
+		if (m < nt) {
+			w = down + (size_t)ex[m] * d * rb;
+			xv = h + (size_t)hr[m] * f;
+		}
+	} else {
+		w = sdown;
+		xv = sh;
+	}
+	typename CORE::template build<NG> bb;
+	if (pk.bias) { /* the weights first, then the wait, then x (h) */
+		if (w && !blk) {
+			const uint8_t *const rows0[1] = { w + (size_t)row0 * rb + (size_t)kw * NG * GROUP_BYTES };
+			stage<1, NG>(cv.w, rows0, rb, lane);
+		}
+	} else if (w) { /* uniform over the warp; x first, as in tc_rows_kernel */
+		stage_x<NG>(cv.x, xv + (size_t)kw * NG * GROUP_QB * 32, lane);
+		if (!blk) {
+			const uint8_t *const rows0[1] = { w + (size_t)row0 * rb + (size_t)kw * NG * GROUP_BYTES };
+			stage<1, NG>(cv.w, rows0, rb, lane);
+		}
+	}
+	if (blk) { /* every matrix the call has, by the whole block (stage_block) */
+		for (int mm = 0; mm < SUM_NM; mm++) {
+			const uint8_t *wm = mm < SUM_NM - 1 ? (mm < nt ? down + (size_t)ex[mm] * d * rb : nullptr) : sdown;
+			if (wm) { /* uniform over the block */
+				const uint8_t *const rows0[1] = { wm + (size_t)row0 * rb };
+				stage_block<1, NG>(sm, smem_words<1, NG>::WARP, mm * KW, rows0, rb);
+			}
+		}
+		cp_async_commit();
+	}
+	if (pk.bias) {
+		x4p::trigger();
+		x4p::wait(); /* h */
+		if (w)
+			stage_x<NG>(cv.x, xv + (size_t)kw * NG * GROUP_QB * 32, lane);
+	}
+	zero_fill<NG>(cv.zero);
+	float inv = 0.f;
+	if (w) {
+		if (pk.bias)
+			cp_async_wait<0>(); /* x's copy, the newest group */
+		else if (blk)
+			cp_async_wait_n(1); /* x's copy, the older group */
+		else
+			cp_async_wait_n(NG);
+		__syncwarp();
+		bb.load(cv.x, lane);
+		inv = build_b(bb, cv.b, lane);
+	}
+	if (blk)
+		cp_async_wait<0>();
+	__syncthreads();
+	if (w) {
+		float out[1][2];
+		tiles_dot<CORE, 1, NG>(cv.w, cv.bp, cv.zero[threadIdx.x & 31], inv, out, blk);
+		if ((lane & 3) == 0) {
+			cv.red[warp * ROWS + (lane >> 2)] = out[0][0];
+			cv.red[warp * ROWS + (lane >> 2) + 8] = out[0][1];
+		}
+	}
+	__syncthreads();
+	if (threadIdx.x < ROWS) {
+		const int i = threadIdx.x;
+		auto dot = [&](int mm) {
+			float t = cv.red[mm * KW * ROWS + i];
+			for (int q = 1; q < KW; q++)
+				t = __fadd_rn(t, cv.red[(mm * KW + q) * ROWS + i]);
+			return t;
+		};
+		float acc = 0.f;
+		/* the routes' weights from the table: the three dependent loads
+		 * (start, route, weight) of every route at once, three round trips
+		 * in all rather than three a route, one route after another
+		 * (1.003x of the step, bench/RESULTS.md 35) */
+		if (!pk.bias)
+#pragma unroll
+			for (int mm = 0; mm < SUM_NM - 1; mm++)
+				wt[mm] = mm < nt ? r.wts[r.route[r.tile_start[mm]]] : 0.f;
+#pragma unroll
+		for (int mm = 0; mm < SUM_NM - 1; mm++)
+			if (mm < nt)
+				acc = __fmaf_rn(wt[mm], dot(mm), acc);
+		if (sdown)
+			acc = __fadd_rn(acc, dot(SUM_NM - 1));
+		y[row0 + i] = acc;
+	}
+#endif
+}
+
 /* ======================= host ======================= */
 
 /* Can the kernel take `bytes` of dynamic shared memory on the current
@@ -1046,6 +1188,7 @@ static bool moe_gu(const x4k_moe_routes *r, const x4k_moe_pick *pick, const floa
 	a.x = x, a.y = h, a.n = f, a.k = d, a.r = *r;
 	if (pick)
 		a.pk = *pick;
+	a.late_trigger = x4k_tc_down_early_get();
 	a.s0 = static_cast<const uint8_t *>(sgate), a.s1 = static_cast<const uint8_t *>(sup), a.sy = sh;
 	a.blk = x4k_tc_copy_get();
 	x4p::launch(tc_rows_kernel<CORE, 2, NG, true>, dim3((unsigned)r->max_tiles + (sgate ? 1u : 0u), f / ROWS),
@@ -1056,11 +1199,13 @@ static bool moe_gu(const x4k_moe_routes *r, const x4k_moe_pick *pick, const floa
 /* One token's y = sum of wts * down(h) over its routes + the shared down of
  * sh (sdown may be NULL): x4k_moe_experts_sum's second launch. */
 template <class CORE, int NG>
-static bool moe_down_sum(const x4k_moe_routes *r, int d, int f, const void *down, const float *h,
-			 const void *sdown, const float *sh, float *y, cudaStream_t s, bool run = true)
+static bool moe_down_sum(const x4k_moe_routes *r, const x4k_moe_pick *pick, int d, int f, const void *down,
+			 const float *h, const void *sdown, const float *sh, float *y, cudaStream_t s,
+			 bool run = true)
 {
 	static std::atomic<size_t> set[64];
 	if (!shape_ok<NG>(d, f, SUM_NM, down, h) || r->n_tok != 1 || r->k > SUM_NM - 1 ||
+	    (pick && r->n_expert > 32 * PICK_J) ||
 	    ((uintptr_t)sdown & 15) || ((uintptr_t)sh & 15) || (sdown && !sh))
 		return false;
 	const int nw = SUM_NM * (f / (NG * GROUP_QB * 32));
@@ -1069,6 +1214,15 @@ static bool moe_down_sum(const x4k_moe_routes *r, int d, int f, const void *down
 		return false;
 	if (!run)
 		return true;
+	if (pick) {
+		static std::atomic<size_t> set2[64];
+		if (!smem_ready(tc_down_pick_kernel<CORE, NG>, bytes, set2))
+			return false;
+		x4p::launch(tc_down_pick_kernel<CORE, NG>, dim3(d / ROWS), dim3(32 * nw), bytes, s, *r, *pick, d, f,
+			    static_cast<const uint8_t *>(down), h, static_cast<const uint8_t *>(sdown), sh, y,
+			    (bool)x4k_tc_copy_get());
+		return true;
+	}
 	x4p::launch(tc_down_sum_kernel<CORE, NG>, dim3(d / ROWS), dim3(32 * nw), bytes, s, *r, d, f,
 		    static_cast<const uint8_t *>(down), h, static_cast<const uint8_t *>(sdown), sh, y,
 		    (bool)x4k_tc_copy_get());
@@ -1101,10 +1255,11 @@ static bool lib_moe_sum(const x4k_moe_routes *r, const x4k_moe_pick *pick, const
 			const void *sup, const void *sdown, float *sh, float *y, cudaStream_t s)
 {
 	if (!moe_gu<CORE, 1>(r, pick, x, d, f, gate, up, h, sgate, sup, sh, s, false) ||
-	    !moe_down_sum<CORE, 1>(r, d, f, down, h, sdown, sh, y, s, false))
+	    !moe_down_sum<CORE, 1>(r, pick, d, f, down, h, sdown, sh, y, s, false))
 		return false;
 	moe_gu<CORE, 1>(r, pick, x, d, f, gate, up, h, sgate, sup, sh, s);
-	moe_down_sum<CORE, 1>(r, d, f, down, h, sdown, sh, y, s);
+	/* TEMPORARY (pricing): x4k_tc_down_early_get() 0 reads the table after the wait */
+	moe_down_sum<CORE, 1>(r, x4k_tc_down_early_get() ? pick : nullptr, d, f, down, h, sdown, sh, y, s);
 	return true;
 }
 

@@ -56,7 +56,7 @@ __device__ __forceinline__ void top_k(int lane, int n_expert, int k, const float
 #pragma unroll
 	for (int j = 0; j < JN; j++) {
 		const int ex = lane + 32 * j;
-		gv[j] = ex < n_expert ? g[ex] : 0.f;
+		gv[j] = ex < n_expert ? __ldcg(g + ex) : 0.f; /* past L1: read before a wait too */
 		sb[j] = ex < n_expert ? gv[j] + bv[j] : 0.f;
 		if (ex >= n_expert)
 			taken |= 1u << j;

@@ -429,7 +429,7 @@ static int lab_down(const x4k_moe_routes *r, int d, int f, const void *w, const 
 		    const float *sh, float *y, cudaStream_t s, x4_err *e)
 {
 	const copy_mode cm(CM);
-	return tcv::moe_down_sum<C, NG>(r, d, f, w, h, sw, sh, y, s) ? x4_cuda_launched("tcv moe_down_sum", e)
+	return tcv::moe_down_sum<C, NG>(r, nullptr, d, f, w, h, sw, sh, y, s) ? x4_cuda_launched("tcv moe_down_sum", e)
 								     : x4_err_set(e, X4_EINVAL, "tcv moe_down_sum: refused");
 }
 template <class C, int NG, int CM = 1>
