@@ -961,17 +961,27 @@ tc_down_pick_kernel(x4k_moe_routes r, x4k_moe_pick pk, int d, int f, const uint8
 	int nt, ex[SUM_NM - 1], hr[SUM_NM - 1];
 	float wt[SUM_NM - 1];
 	if (pk.bias) {
-		float bv[PICK_J];
-		x4route::load_bias<PICK_J>(lane, r.n_expert, pk.bias, bv);
-		x4route::picks p;
-		x4route::top_k<PICK_J>(lane, r.n_expert, r.k, r.score, bv, p);
+		/* warp 0 selects (the scores past L1: this is before the wait)
+		 * and the block reads its picks from shared memory: one warp a
+		 * block on the scores' two L2 lines, not every warp */
+		__shared__ int s_ex[SUM_NM - 1];
+		__shared__ float s_wt[SUM_NM - 1];
+		if (warp == 0) {
+			float bv[PICK_J];
+			x4route::load_bias<PICK_J>(lane, r.n_expert, pk.bias, bv);
+			x4route::picks p;
+			x4route::top_k<PICK_J, true>(lane, r.n_expert, r.k, r.score, bv, p);
+			const int slot = x4route::tile_slot(p, r.k, lane);
+			if (lane < SUM_NM - 1) {
+				s_ex[lane] = p.ex[slot];
+				s_wt[lane] = x4route::weight(p, slot, pk.scale, pk.norm);
+			}
+		}
+		__syncthreads();
 		nt = min(r.k, SUM_NM - 1);
 #pragma unroll
-		for (int mm = 0; mm < SUM_NM - 1; mm++) {
-			const int slot = x4route::tile_slot(p, r.k, mm);
-			ex[mm] = p.ex[slot], hr[mm] = mm;
-			wt[mm] = x4route::weight(p, slot, pk.scale, pk.norm);
-		}
+		for (int mm = 0; mm < SUM_NM - 1; mm++)
+			ex[mm] = s_ex[mm], hr[mm] = mm, wt[mm] = s_wt[mm];
 	} else {
 		x4p::trigger();
 		x4p::wait(); /* the table and h */

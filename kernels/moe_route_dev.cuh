@@ -47,7 +47,7 @@ __device__ __forceinline__ void load_bias(int lane, int n_expert, const float *_
  * lowest index not yet taken is picked: x4r_topk's rule (lib/x4_kern.h).
  * Every lane ends a round with the same pick.  g: the token's n_expert
  * scores. */
-template <int JN = J>
+template <int JN = J, bool CG = false>
 __device__ __forceinline__ void top_k(int lane, int n_expert, int k, const float *__restrict__ g,
 				      const float (&bv)[JN], picks &p)
 {
@@ -56,7 +56,10 @@ __device__ __forceinline__ void top_k(int lane, int n_expert, int k, const float
 #pragma unroll
 	for (int j = 0; j < JN; j++) {
 		const int ex = lane + 32 * j;
-		gv[j] = ex < n_expert ? __ldcg(g + ex) : 0.f; /* past L1: read before a wait too */
+		/* CG: past L1 (a read before the wait); else through it, so that
+		 * a block's warps after the first hit L1 rather than all of the
+		 * card's warps the same two L2 lines */
+		gv[j] = ex < n_expert ? (CG ? __ldcg(g + ex) : g[ex]) : 0.f;
 		sb[j] = ex < n_expert ? gv[j] + bv[j] : 0.f;
 		if (ex >= n_expert)
 			taken |= 1u << j;
