@@ -23,7 +23,6 @@ using namespace x4d;
 namespace {
 std::atomic<int> mma_on{ 1 };
 std::atomic<int> tc_copy_block{ 1 }; /* x4k_tc_copy_set */
-std::atomic<int> tc_down_early{ 1 }; /* TEMPORARY (pricing): x4k_tc_down_early_set */
 constexpr int MAX_DEV = 64;
 std::atomic<int> dev_cc[MAX_DEV]; /* 0: not looked up; else the major version + 1 */
 }
@@ -35,10 +34,6 @@ extern "C" int x4k_gemm_mma_get(void) { return mma_on.load(); }
 extern "C" void x4k_tc_copy_set(int block) { tc_copy_block.store(block ? 1 : 0); }
 
 extern "C" int x4k_tc_copy_get(void) { return tc_copy_block.load(); }
-
-extern "C" void x4k_tc_down_early_set(int on) { tc_down_early.store(on ? 1 : 0); }
-
-extern "C" int x4k_tc_down_early_get(void) { return tc_down_early.load(); }
 
 bool x4m::enabled()
 {

@@ -706,7 +706,6 @@ struct rows_args {
 	const uint8_t *s0, *s1; /* MOE only, may be NULL: the shared expert's gate and up, [n][k] */
 	float *sy;              /* its SwiGLU product, [n] */
 	bool blk;               /* stage_block (x4k_tc_copy_get), else each warp its own slice */
-	bool late_trigger;      /* TEMPORARY (pricing): with pk.bias, trigger the down after the wait */
 };
 
 constexpr int MAX_THREADS = 32 * 20; /* the fused down of f 1024 in ranges of one group: 5 x 4 warps */
@@ -736,7 +735,7 @@ tc_rows_kernel(rows_args a)
 		float bv[PICK_J];
 		if (a.pk.bias) /* a weight: before the wait */
 			x4route::load_bias<PICK_J>(lane, a.r.n_expert, a.pk.bias, bv);
-		if (a.pk.bias && a.late_trigger) {
+		if (a.pk.bias) {
 			/* the down behind starts only once the scores are complete
 			 * (it selects from them before its own wait) */
 			x4p::wait();
@@ -840,110 +839,18 @@ tc_rows_kernel(rows_args a)
  * SUM_NM matrices (SUM_NM - 1 routes and the shared down), warp w the
  * matrix w / KW and the k-range w % KW (f = KW * NG * 256); grid d / 16.
  * A matrix the call lacks (fewer routes, no shared down) leaves its warps
- * idle but at the barriers. */
+ * idle but at the barriers.  With pk.bias (the batch-1 step, whose routed
+ * gate/up launch selects for itself and lets this launch start only once
+ * the router's scores are complete) warp 0 runs the router's top k on the
+ * scores before the wait, so that the routes' weights are copied before it
+ * and only h waits: 1.029x of the step at 512 tokens of context, 1.027x at
+ * 4,096 (bench/RESULTS.md 38).  Without it the routes come from the table,
+ * after the wait. */
 constexpr int SUM_NM = 5;
 
 template <class CORE, int NG>
 __global__ void __launch_bounds__(MAX_THREADS)
-tc_down_sum_kernel(x4k_moe_routes r, int d, int f, const uint8_t *__restrict__ down, const float *__restrict__ h,
-		const uint8_t *__restrict__ sdown, const float *__restrict__ sh, float *__restrict__ y, bool blk)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-	extern __shared__ __align__(16) uint32_t sm[];
-	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-	const int KW = nw / SUM_NM, m = warp / KW, kw = warp % KW;
-	const carve<CORE, 1, NG> cv(sm, warp, nw, lane);
-	x4p::trigger();
-	x4p::wait(); /* the table and h */
-	const int nt = min(*r.n_tiles, SUM_NM - 1);
-	const size_t rb = x4d::row_bytes(X4_T_IQ4_NL, f);
-	const int row0 = blockIdx.x * ROWS;
-	const uint8_t *w = nullptr;
-	const float *xv = nullptr;
-	if (m < SUM_NM - 1) {
-		if (m < nt) {
-			w = down + (size_t)r.tile_expert[m] * d * rb;
-			xv = h + (size_t)r.tile_start[m] * f;
-		}
-	} else {
-		w = sdown;
-		xv = sh;
-	}
-	typename CORE::template build<NG> bb;
-	if (w) { /* uniform over the warp; x first, as in tc_rows_kernel */
-		stage_x<NG>(cv.x, xv + (size_t)kw * NG * GROUP_QB * 32, lane);
-		if (!blk) {
-			const uint8_t *const rows0[1] = { w + (size_t)row0 * rb + (size_t)kw * NG * GROUP_BYTES };
-			stage<1, NG>(cv.w, rows0, rb, lane);
-		}
-	}
-	if (blk) { /* every matrix the call has, by the whole block (stage_block) */
-		for (int mm = 0; mm < SUM_NM; mm++) {
-			const uint8_t *wm = mm < SUM_NM - 1 ? (mm < nt ? down + (size_t)r.tile_expert[mm] * d * rb : nullptr)
-							   : sdown;
-			if (wm) { /* uniform over the block */
-				const uint8_t *const rows0[1] = { wm + (size_t)row0 * rb };
-				stage_block<1, NG>(sm, smem_words<1, NG>::WARP, mm * KW, rows0, rb);
-			}
-		}
-		cp_async_commit();
-	}
-	zero_fill<NG>(cv.zero);
-	float inv = 0.f;
-	if (w) {
-		if (blk)
-			cp_async_wait_n(1); /* x's copy, the older group */
-		else
-			cp_async_wait_n(NG);
-		__syncwarp();
-		bb.load(cv.x, lane);
-		inv = build_b(bb, cv.b, lane);
-	}
-	if (blk)
-		cp_async_wait<0>();
-	__syncthreads();
-	if (w) {
-		float out[1][2];
-		tiles_dot<CORE, 1, NG>(cv.w, cv.bp, cv.zero[threadIdx.x & 31], inv, out, blk);
-		if ((lane & 3) == 0) {
-			cv.red[warp * ROWS + (lane >> 2)] = out[0][0];
-			cv.red[warp * ROWS + (lane >> 2) + 8] = out[0][1];
-		}
-	}
-	__syncthreads();
-	if (threadIdx.x < ROWS) {
-		const int i = threadIdx.x;
-		auto dot = [&](int mm) {
-			float t = cv.red[mm * KW * ROWS + i];
-			for (int q = 1; q < KW; q++)
-				t = __fadd_rn(t, cv.red[(mm * KW + q) * ROWS + i]);
-			return t;
-		};
-		float acc = 0.f;
-		/* the routes' weights: the three dependent loads (start, route,
-		 * weight) of every route at once, three round trips in all
-		 * rather than three a route, one route after another (1.003x of
-		 * the step, bench/RESULTS.md 35) */
-		float wt[SUM_NM - 1];
-#pragma unroll
-		for (int mm = 0; mm < SUM_NM - 1; mm++)
-			wt[mm] = mm < nt ? r.wts[r.route[r.tile_start[mm]]] : 0.f;
-#pragma unroll
-		for (int mm = 0; mm < SUM_NM - 1; mm++)
-			if (mm < nt)
-				acc = __fmaf_rn(wt[mm], dot(mm), acc);
-		if (sdown)
-			acc = __fadd_rn(acc, dot(SUM_NM - 1));
-		y[row0 + i] = acc;
-	}
-#endif
-}
-
-/* TEMPORARY (pricing): the down with the routes selected before the wait
- * (pk.bias), beside eab7707's verbatim above. */
-template <class CORE, int NG>
-__global__ void __launch_bounds__(MAX_THREADS)
-tc_down_pick_kernel(x4k_moe_routes r, x4k_moe_pick pk, int d, int f, const uint8_t *__restrict__ down,
+tc_down_sum_kernel(x4k_moe_routes r, x4k_moe_pick pk, int d, int f, const uint8_t *__restrict__ down,
 		   const float *__restrict__ h, const uint8_t *__restrict__ sdown, const float *__restrict__ sh,
 		   float *__restrict__ y, bool blk)
 {
@@ -1198,7 +1105,6 @@ static bool moe_gu(const x4k_moe_routes *r, const x4k_moe_pick *pick, const floa
 	a.x = x, a.y = h, a.n = f, a.k = d, a.r = *r;
 	if (pick)
 		a.pk = *pick;
-	a.late_trigger = x4k_tc_down_early_get();
 	a.s0 = static_cast<const uint8_t *>(sgate), a.s1 = static_cast<const uint8_t *>(sup), a.sy = sh;
 	a.blk = x4k_tc_copy_get();
 	x4p::launch(tc_rows_kernel<CORE, 2, NG, true>, dim3((unsigned)r->max_tiles + (sgate ? 1u : 0u), f / ROWS),
@@ -1224,17 +1130,9 @@ static bool moe_down_sum(const x4k_moe_routes *r, const x4k_moe_pick *pick, int 
 		return false;
 	if (!run)
 		return true;
-	if (pick) {
-		static std::atomic<size_t> set2[64];
-		if (!smem_ready(tc_down_pick_kernel<CORE, NG>, bytes, set2))
-			return false;
-		x4p::launch(tc_down_pick_kernel<CORE, NG>, dim3(d / ROWS), dim3(32 * nw), bytes, s, *r, *pick, d, f,
-			    static_cast<const uint8_t *>(down), h, static_cast<const uint8_t *>(sdown), sh, y,
-			    (bool)x4k_tc_copy_get());
-		return true;
-	}
-	x4p::launch(tc_down_sum_kernel<CORE, NG>, dim3(d / ROWS), dim3(32 * nw), bytes, s, *r, d, f,
-		    static_cast<const uint8_t *>(down), h, static_cast<const uint8_t *>(sdown), sh, y,
+	const x4k_moe_pick none = {};
+	x4p::launch(tc_down_sum_kernel<CORE, NG>, dim3(d / ROWS), dim3(32 * nw), bytes, s, *r, pick ? *pick : none,
+		    d, f, static_cast<const uint8_t *>(down), h, static_cast<const uint8_t *>(sdown), sh, y,
 		    (bool)x4k_tc_copy_get());
 	return true;
 }
@@ -1268,8 +1166,7 @@ static bool lib_moe_sum(const x4k_moe_routes *r, const x4k_moe_pick *pick, const
 	    !moe_down_sum<CORE, 1>(r, pick, d, f, down, h, sdown, sh, y, s, false))
 		return false;
 	moe_gu<CORE, 1>(r, pick, x, d, f, gate, up, h, sgate, sup, sh, s);
-	/* TEMPORARY (pricing): x4k_tc_down_early_get() 0 reads the table after the wait */
-	moe_down_sum<CORE, 1>(r, x4k_tc_down_early_get() ? pick : nullptr, d, f, down, h, sdown, sh, y, s);
+	moe_down_sum<CORE, 1>(r, pick, d, f, down, h, sdown, sh, y, s);
 	return true;
 }
 

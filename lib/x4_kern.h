@@ -154,11 +154,6 @@ int x4k_gemm_mma_get(void);
  * 144-byte slice of the 16 rows.  The same bits either way. */
 void x4k_tc_copy_set(int block);
 int x4k_tc_copy_get(void);
-/* TEMPORARY (pricing): 1 (the default) the one-token MoE's down selects
- * its routes from the router's scores before its wait and copies its
- * weights then; 0 it reads the table after the wait. */
-void x4k_tc_down_early_set(int on);
-int x4k_tc_down_early_get(void);
 /* The most rows a warp x4k_gemv's Q6_K kernel (the LM head's: rows of an
  * even number of blocks, k <= 4096) may take, process-wide: 4 (the
  * default; anything but 1 and 2 reads as 4), 2 or 1.  The launcher takes
