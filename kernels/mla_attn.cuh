@@ -103,11 +103,14 @@ inline mla_params mla_decode_params(const float *qt, const uint16_t *cache, cons
 	return a;
 }
 
-__device__ __forceinline__ int mla_len(const mla_params &a, int tok)
+/* Rows token tok sees with the chunk's first at position p. */
+__device__ __forceinline__ int mla_len_at(const mla_params &a, int p, int tok)
 {
-	int len = *a.pos + tok + 1;
+	int len = p + tok + 1;
 	return len > a.max_ctx ? a.max_ctx : len;
 }
+
+__device__ __forceinline__ int mla_len(const mla_params &a, int tok) { return mla_len_at(a, *a.pos, tok); }
 
 /* Turns lane-partial v[0..31] into full sums, lane l ending with index l. */
 #define X4C_RS_STEP(o, n)                                                   \
@@ -351,6 +354,7 @@ static_assert(MLA_MAX_SPLIT <= MLA_COMB_COLS, "a combine thread a split's max an
  * the column's sum in split order.  (Loading the accumulators after the
  * two reductions, eight at a time, put five memory round trips in a row:
  * 5.6-6.0 us a layer in the step's profile, with no bytes to speak of.) */
+template <bool PE>
 static __global__ void __launch_bounds__(MLA_COMB_COLS)
 mla_combine_kernel(mla_params a, int nsplit)
 {
@@ -358,10 +362,11 @@ mla_combine_kernel(mla_params a, int nsplit)
 	__shared__ float red[32];
 	const int h = blockIdx.x, tok = blockIdx.z, tid = threadIdx.x;
 	const int c = blockIdx.y * MLA_COMB_COLS + tid;
+	const int p0 = PE ? __ldcg(a.pos) : 0;
 	x4p::trigger();
 	x4p::wait();
 	int span, nsp;
-	mla_span(mla_len(a, tok), nsplit, &span, &nsp);
+	mla_span(PE ? mla_len_at(a, p0, tok) : mla_len(a, tok), nsplit, &span, &nsp);
 	float *o = a.ob + ((size_t)tok * a.n_head + h) * a.kv_lora;
 	if (nsp == 0) { /* nothing to attend: a defined zero (uniform branch) */
 		if (c < a.kv_lora)
@@ -401,7 +406,10 @@ inline int mla_combine_launch(const mla_params &a, int nsplit, cudaStream_t s, c
 			      x4_err *e)
 {
 	dim3 cgrid(a.n_head, (a.kv_lora + MLA_COMB_COLS - 1) / MLA_COMB_COLS, 1);
-	x4p::launch(mla_combine_kernel, cgrid, dim3(MLA_COMB_COLS), 0, s, a, nsplit);
+	if (x4k_pos_early_get())
+		x4p::launch(mla_combine_kernel<true>, cgrid, dim3(MLA_COMB_COLS), 0, s, a, nsplit);
+	else
+		x4p::launch(mla_combine_kernel<false>, cgrid, dim3(MLA_COMB_COLS), 0, s, a, nsplit);
 	return x4_cuda_launched(what, e);
 }
 
