@@ -17,7 +17,6 @@ struct qnorm_job {
 	const float *gain;
 };
 
-template <bool PE>
 __global__ void __launch_bounds__(256)
 kv_store_kernel(int kv_lora, int d_rope, const float *__restrict__ kva,
 		const float *__restrict__ gain, float eps, const float *__restrict__ omega,
@@ -25,7 +24,7 @@ kv_store_kernel(int kv_lora, int d_rope, const float *__restrict__ kva,
 {
 	__shared__ float red[32];
 	const int tok = blockIdx.x, cw = kv_lora + d_rope;
-	const int p0 = PE ? __ldcg(pos) : 0;
+	const int p0 = __ldcg(pos); /* before the wait: mla_pos_early (mla_attn.cuh) */
 	x4p::trigger();
 	x4p::wait();
 	if (blockIdx.y == 1) { /* uniform over the block */
@@ -39,7 +38,7 @@ kv_store_kernel(int kv_lora, int d_rope, const float *__restrict__ kva,
 			q[i] = qj.gain ? (q[i] * inv) * qj.gain[i] : q[i] * inv;
 		return;
 	}
-	const int p = (PE ? p0 : *pos) + tok;
+	const int p = p0 + tok;
 	if (p < 0 || p >= max_ctx) /* uniform over the block */
 		return;
 	const float *a = kva + (size_t)tok * cw;
@@ -72,7 +71,7 @@ extern "C" int x4k_kv_store(int n_tok, int kv_lora, int d_rope, const float *kva
 		return 0;
 	if (!kva || !omega || !pos || !cache)
 		return x4_err_set(e, X4_EINVAL, "x4k_kv_store: NULL buffer");
-	x4p::launch(x4k_pos_early_get() ? kv_store_kernel<true> : kv_store_kernel<false>, dim3(n_tok), dim3(256), 0, s, kv_lora, d_rope, kva, gain, eps, omega,
+	x4p::launch(kv_store_kernel, dim3(n_tok), dim3(256), 0, s, kv_lora, d_rope, kva, gain, eps, omega,
 		    pos, reinterpret_cast<__half *>(cache), max_ctx, qnorm_job{ 0, nullptr, nullptr });
 	return x4_cuda_launched("x4k_kv_store: launch", e);
 }
@@ -90,7 +89,7 @@ extern "C" int x4k_kv_store_norm(int n_tok, int kv_lora, int d_rope, const float
 		return 0;
 	if (!kva || !omega || !pos || !cache || !q)
 		return x4_err_set(e, X4_EINVAL, "x4k_kv_store_norm: NULL buffer");
-	x4p::launch(x4k_pos_early_get() ? kv_store_kernel<true> : kv_store_kernel<false>, dim3(n_tok, 2), dim3(256), 0, s, kv_lora, d_rope, kva, gain, eps,
+	x4p::launch(kv_store_kernel, dim3(n_tok, 2), dim3(256), 0, s, kv_lora, d_rope, kva, gain, eps,
 		    omega, pos, reinterpret_cast<__half *>(cache), max_ctx, qnorm_job{ n_q, q, q_gain });
 	return x4_cuda_launched("x4k_kv_store_norm: launch", e);
 }

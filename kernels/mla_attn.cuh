@@ -103,7 +103,16 @@ inline mla_params mla_decode_params(const float *qt, const uint16_t *cache, cons
 	return a;
 }
 
-/* Rows token tok sees with the chunk's first at position p. */
+/* Rows token tok sees with the chunk's first at position p.
+ *
+ * mla_pos_early: the decode step's attention kernels (the cache store, the
+ * tensor-core attention, the combine) read the position before their wait
+ * (pdl.cuh), past L1.  That is safe: it is written only by the copy that
+ * uploads it ahead of a step's (or a prefill chunk's) first kernel, in
+ * stream order, so every kernel after it starts after the copy completed;
+ * and it takes one dependent round trip off each one's chain after the
+ * wait: 1.007x of the step at 512 tokens of context, 1.020x at 4,096
+ * (bench/RESULTS.md 38). */
 __device__ __forceinline__ int mla_len_at(const mla_params &a, int p, int tok)
 {
 	int len = p + tok + 1;
@@ -354,7 +363,6 @@ static_assert(MLA_MAX_SPLIT <= MLA_COMB_COLS, "a combine thread a split's max an
  * the column's sum in split order.  (Loading the accumulators after the
  * two reductions, eight at a time, put five memory round trips in a row:
  * 5.6-6.0 us a layer in the step's profile, with no bytes to speak of.) */
-template <bool PE>
 static __global__ void __launch_bounds__(MLA_COMB_COLS)
 mla_combine_kernel(mla_params a, int nsplit)
 {
@@ -362,11 +370,11 @@ mla_combine_kernel(mla_params a, int nsplit)
 	__shared__ float red[32];
 	const int h = blockIdx.x, tok = blockIdx.z, tid = threadIdx.x;
 	const int c = blockIdx.y * MLA_COMB_COLS + tid;
-	const int p0 = PE ? __ldcg(a.pos) : 0;
+	const int p0 = __ldcg(a.pos); /* before the wait: mla_pos_early */
 	x4p::trigger();
 	x4p::wait();
 	int span, nsp;
-	mla_span(PE ? mla_len_at(a, p0, tok) : mla_len(a, tok), nsplit, &span, &nsp);
+	mla_span(mla_len_at(a, p0, tok), nsplit, &span, &nsp);
 	float *o = a.ob + ((size_t)tok * a.n_head + h) * a.kv_lora;
 	if (nsp == 0) { /* nothing to attend: a defined zero (uniform branch) */
 		if (c < a.kv_lora)
@@ -406,10 +414,7 @@ inline int mla_combine_launch(const mla_params &a, int nsplit, cudaStream_t s, c
 			      x4_err *e)
 {
 	dim3 cgrid(a.n_head, (a.kv_lora + MLA_COMB_COLS - 1) / MLA_COMB_COLS, 1);
-	if (x4k_pos_early_get())
-		x4p::launch(mla_combine_kernel<true>, cgrid, dim3(MLA_COMB_COLS), 0, s, a, nsplit);
-	else
-		x4p::launch(mla_combine_kernel<false>, cgrid, dim3(MLA_COMB_COLS), 0, s, a, nsplit);
+	x4p::launch(mla_combine_kernel, cgrid, dim3(MLA_COMB_COLS), 0, s, a, nsplit);
 	return x4_cuda_launched(what, e);
 }
 

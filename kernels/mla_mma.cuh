@@ -55,7 +55,7 @@ constexpr size_t smem_bytes()
 	       sizeof(float) * (KQ * HG + 2 * HG);
 }
 
-template <int NSTAGE, bool PE>
+template <int NSTAGE>
 static __global__ void __launch_bounds__(THREADS, 1) mla_mma_kernel(mla_params a)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
@@ -70,10 +70,10 @@ static __global__ void __launch_bounds__(THREADS, 1) mla_mma_kernel(mla_params a
 	const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 	const int g = lane >> 2, t4 = lane & 3;
 	const int h0 = blockIdx.y * HG, split = blockIdx.x, nsplit = gridDim.x;
-	const int p0 = PE ? __ldcg(a.pos) : 0;
+	const int p0 = __ldcg(a.pos); /* before the wait: mla_pos_early (mla_attn.cuh) */
 	x4p::trigger();
-	x4p::wait(); /* the position, the queries and this step's cache row */
-	const int len = PE ? mla_len_at(a, p0, 0) : mla_len(a, 0);
+	x4p::wait(); /* the queries and this step's cache row */
+	const int len = mla_len_at(a, p0, 0);
 	int span, nsp;
 	mla_span(len, nsplit, &span, &nsp);
 	if (nsp == 0 && nsplit == 1) { /* nothing to attend: a defined zero */
@@ -233,18 +233,12 @@ static int mla_mma_decode(int n_head, int kv_lora, int d_rope, const float *qt,
 				  "needed", ws_bytes, need);
 	constexpr size_t smem = smem_bytes<NSTAGE>();
 	static std::atomic<unsigned long long> ready{ 0 }; /* mma_device_ready's devices */
-	static std::atomic<unsigned long long> ready2{ 0 }; /* TEMPORARY (pricing) */
-	if (int rc = mma_device_ready(mla_mma_kernel<NSTAGE, true>, smem, ready, "x4k_mla_decode_mma", e))
-		return rc;
-	if (int rc = mma_device_ready(mla_mma_kernel<NSTAGE, false>, smem, ready2, "x4k_mla_decode_mma", e))
+	if (int rc = mma_device_ready(mla_mma_kernel<NSTAGE>, smem, ready, "x4k_mla_decode_mma", e))
 		return rc;
 	const int nsplit = mla_nsplit(max_ctx);
 	const mla_params a = mla_decode_params(qt, cache, pos, ob, ws, n_head, kv_lora, CW, max_ctx,
 					       kq_scale, nsplit);
-	if (x4k_pos_early_get())
-		x4p::launch(mla_mma_kernel<NSTAGE, true>, dim3(nsplit, n_head / HG, 1), dim3(THREADS), smem, s, a);
-	else
-		x4p::launch(mla_mma_kernel<NSTAGE, false>, dim3(nsplit, n_head / HG, 1), dim3(THREADS), smem, s, a);
+	x4p::launch(mla_mma_kernel<NSTAGE>, dim3(nsplit, n_head / HG, 1), dim3(THREADS), smem, s, a);
 	int rc = x4_cuda_launched("x4k_mla_decode_mma: attention", e);
 	if (rc || nsplit == 1)
 		return rc;

@@ -18,10 +18,6 @@ constexpr int MAX_DEV = 64;
 std::atomic<int> dev_cc[MAX_DEV]; /* 0: not looked up; else the major version + 1 */
 }
 
-std::atomic<int> pos_early{ 1 }; /* TEMPORARY (pricing): x4k_pos_early_set */
-extern "C" void x4k_pos_early_set(int on) { pos_early.store(on ? 1 : 0); }
-extern "C" int x4k_pos_early_get(void) { return pos_early.load(); }
-
 extern "C" void x4k_pdl_set(int on) { pdl_on.store(on ? 1 : 0); }
 
 extern "C" int x4k_pdl_get(void) { return pdl_on.load(); }

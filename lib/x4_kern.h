@@ -104,10 +104,6 @@ size_t x4k_mla_decode_workspace_bytes(int n_head, int kv_lora, int max_ctx);
  * with it on from the start. */
 void x4k_pdl_set(int on);
 int x4k_pdl_get(void);
-/* TEMPORARY (pricing): 1 (the default) the attention's kernels read the
- * position before their wait; 0 after it. */
-void x4k_pos_early_set(int on);
-int x4k_pos_early_get(void);
 
 /* ============ 1. quantized products and the MoE ============ */
 
