@@ -756,10 +756,7 @@ tc_rows_kernel(rows_args a)
 			x4route::top_k<PICK_J>(lane, a.r.n_expert, a.r.k, a.r.score, bv, p);
 			if (m == 0 && blockIdx.y == 0 && warp == 0) {
 				if (lane == 0)
-					for (int s = 0; s < a.r.k; s++) {
-						a.r.sel[s] = p.ex[s];
-						a.r.wts[s] = x4route::weight(p, s, a.pk.scale, a.pk.norm);
-					}
+					x4route::write_picks(p, a.r.k, a.pk.scale, a.pk.norm, a.r.sel, a.r.wts);
 				__syncwarp(); /* sel, for the table */
 				x4route::small_table<PICK_J>(a.r, lane);
 			}

@@ -646,7 +646,7 @@ extern "C" int x4k_moe_experts_sum(const x4k_moe_routes *r, const x4k_moe_pick *
 			rc = shared_swiglu(stype, sgate, sup, x, d, f, ws, ws_bytes, sh, s, e);
 		const float *out;
 		if (!rc)
-			rc = x4k_moe_experts(r, type, x, d, f, gate, up, down, ws, ws_bytes, &out, s, e);
+			rc = experts(r, type, x, d, f, gate, up, down, ws, &out, true, s, e); /* checked above */
 		if (!rc)
 			rc = x4k_gemv(stype, sdown, d, f, sh, y, s, e);
 		return rc ? rc : x4k_moe_reduce(r, out, y, d, y, s, e);

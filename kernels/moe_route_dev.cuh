@@ -120,6 +120,19 @@ __device__ __forceinline__ float weight(const picks &p, int s, float scale, bool
 	return norm ? p.g[s] / (p.sum + 1e-20f) * scale : p.g[s] * scale;
 }
 
+/* The picks p of one token into its k entries of sel and wts (one thread). */
+__device__ __forceinline__ void write_picks(const picks &p, int k, float scale, bool norm,
+					    int32_t *__restrict__ sel, float *__restrict__ wts)
+{
+#pragma unroll
+	for (int s = 0; s < MAX_K; s++) {
+		if (s >= k)
+			break;
+		sel[s] = p.ex[s];
+		wts[s] = weight(p, s, scale, norm);
+	}
+}
+
 /* Token t's top k into sel and wts (lane 0 writes). */
 __device__ __forceinline__ void select_token(int t, int lane, int n_expert, int k,
 					     const float *__restrict__ score,
@@ -130,15 +143,8 @@ __device__ __forceinline__ void select_token(int t, int lane, int n_expert, int 
 	load_bias(lane, n_expert, bias, bv);
 	picks p;
 	top_k(lane, n_expert, k, score + (size_t)t * n_expert, bv, p);
-	if (lane != 0)
-		return;
-#pragma unroll
-	for (int s = 0; s < MAX_K; s++) {
-		if (s >= k)
-			break;
-		sel[(size_t)t * k + s] = p.ex[s];
-		wts[(size_t)t * k + s] = weight(p, s, scale, norm);
-	}
+	if (lane == 0)
+		write_picks(p, k, scale, norm, sel + (size_t)t * k, wts + (size_t)t * k);
 }
 
 /* One token's tile m of the route table (one route a tile: the picks in
