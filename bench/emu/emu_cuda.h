@@ -58,6 +58,7 @@ inline unsigned __funnelshift_r(unsigned lo, unsigned hi, unsigned s)
 }
 template <class T> inline T __ldg(const T *p) { return *p; }
 template <class T> inline T __ldcs(const T *p) { return *p; }
+template <class T> inline T __ldcg(const T *p) { return *p; }
 /* per-byte a - b, modulo 256 */
 inline unsigned __vsub4(unsigned a, unsigned b)
 {
