@@ -234,7 +234,8 @@ static int match_replays(x4_prof *p, const size_t *ix, size_t n, x4_err *e)
 		if (p->tmpl_kernels[i].node)
 			slots[n_slots++] = (x4_prof_nodepair){ p->tmpl_kernels[i].node, i };
 	qsort(slots, n_slots, sizeof *slots, x4_prof_cmp_node);
-	qsort(p->clones, p->n_clones, sizeof *p->clones, x4_prof_cmp_node);
+	if (p->n_clones) /* (clones is NULL when no graph was instantiated: qsort takes no NULL) */
+		qsort(p->clones, p->n_clones, sizeof *p->clones, x4_prof_cmp_node);
 	for (size_t i = 0; i < n;) {
 		uint32_t corr = p->evs[ix[i]].corr;
 		const x4_prof_tmpl *tp = &p->tmpls[find_launch(p, corr)->tmpl];
