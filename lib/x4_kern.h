@@ -269,8 +269,9 @@ int x4k_moe_experts(const x4k_moe_routes *r, int type, const float *x, int d, in
  * the router's sigmoids (x4k_moe_router_logits) and the call selects and
  * builds the table itself, the same contents as x4k_moe_select_table: on
  * the tensor cores inside the gate/up launch (each routed block selects
- * its own expert, the first writes the table), else that call's launch
- * first. */
+ * its own expert, the first writes the table) and again in the down
+ * launch's blocks before their wait, so that the routes' weights are
+ * copied before h is ready; else that call's launch first. */
 int x4k_moe_experts_sum(const x4k_moe_routes *r, const x4k_moe_pick *pick, int type, const float *x,
 			int d, int f, const void *gate, const void *up, const void *down, int stype,
 			const void *sgate, const void *sup, const void *sdown, float *sh, void *ws,
