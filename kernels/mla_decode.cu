@@ -15,7 +15,11 @@ namespace {
 
 bool aligned(const void *p, size_t n) { return ((uintptr_t)p % n) == 0; }
 
+std::atomic<int> mla_round{ 2 }; /* x4k_mla_round_set: TEMPORARY, the lever's arm */
+
 } /* namespace */
+
+extern "C" void x4k_mla_round_set(int tiles) { mla_round.store(tiles == 1 ? 1 : 2); }
 
 extern "C" int x4k_mla_decode(int n_head, int kv_lora, int d_rope, const float *qt,
 			      const uint16_t *cache, int max_ctx, const int *pos, float kq_scale,
@@ -50,6 +54,9 @@ extern "C" int x4k_mla_decode_mma(int n_head, int kv_lora, int d_rope, const flo
 				  const uint16_t *cache, int max_ctx, const int *pos, float kq_scale,
 				  float *ob, void *ws, size_t ws_bytes, cudaStream_t s, x4_err *e)
 {
-	return mla_mma::mla_mma_decode<2>(n_head, kv_lora, d_rope, qt, cache, max_ctx, pos, kq_scale,
-					  ob, ws, ws_bytes, s, e);
+	if (mla_round.load() == 1)
+		return mla_mma::mla_mma_decode<2, 1>(n_head, kv_lora, d_rope, qt, cache, max_ctx, pos, kq_scale,
+						     ob, ws, ws_bytes, s, e);
+	return mla_mma::mla_mma_decode<2, 2>(n_head, kv_lora, d_rope, qt, cache, max_ctx, pos, kq_scale, ob,
+					     ws, ws_bytes, s, e);
 }

@@ -48,23 +48,33 @@ namespace mla_mma {
 
 constexpr int HG = MR;              /* heads a block: one m-tile */
 
-template <int NSTAGE>
+/* TR tiles of 32 rows a round (TEMPORARY lever: 1 or 2): a stage holds a
+ * round, the scores' and probabilities' rows are a round wide. */
+template <int TR> struct round_shape {
+	static_assert(TR == 1 || TR == 2, "rounds of 32 or 64 rows");
+	enum { RT = T * TR, SCR = SCS + T * (TR - 1), PR = PS + T * (TR - 1), STAGEB = TR * TILEB };
+};
+
+template <int NSTAGE, int TR = 1>
 constexpr size_t smem_bytes()
 {
-	return (size_t)NSTAGE * TILEB + sizeof(float) * KQ * HG * SCS + sizeof(__half) * 2 * HG * PS +
+	using R = round_shape<TR>;
+	return (size_t)NSTAGE * R::STAGEB + sizeof(float) * KQ * HG * R::SCR + sizeof(__half) * 2 * HG * R::PR +
 	       sizeof(float) * (KQ * HG + 2 * HG);
 }
 
-template <int NSTAGE>
+template <int NSTAGE, int TR = 1>
 static __global__ void __launch_bounds__(THREADS, 1) mla_mma_kernel(mla_params a)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
 	static_assert(NSTAGE >= 2, "at least double-buffered");
+	using R = round_shape<TR>;
+	constexpr int RT = R::RT, SCR = R::SCR, PR = R::PR;
 	extern __shared__ __align__(16) unsigned char smraw[];
-	float *sc = reinterpret_cast<float *>(smraw + (size_t)NSTAGE * TILEB); /* [KQ][HG][SCS] partial scores */
-	__half *sph = reinterpret_cast<__half *>(sc + KQ * HG * SCS);          /* [HG][PS] p*2^14, hi */
-	__half *spl = sph + HG * PS;                                           /* [HG][PS] lo */
-	float *sqm = reinterpret_cast<float *>(spl + HG * PS);                  /* [KQ][HG] max|q| a quarter */
+	float *sc = reinterpret_cast<float *>(smraw + (size_t)NSTAGE * R::STAGEB); /* [KQ][HG][SCR] partial scores */
+	__half *sph = reinterpret_cast<__half *>(sc + KQ * HG * SCR);              /* [HG][PR] p*2^14, hi */
+	__half *spl = sph + HG * PR;                                               /* [HG][PR] lo */
+	float *sqm = reinterpret_cast<float *>(spl + HG * PR);                     /* [KQ][HG] max|q| a quarter */
 	float *sal = sqm + KQ * HG;                                            /* [HG] rescale of a tile */
 	float *sls = sal + HG;                                                 /* [HG] final sums */
 	const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -84,15 +94,18 @@ static __global__ void __launch_bounds__(THREADS, 1) mla_mma_kernel(mla_params a
 	if (split >= nsp) /* uniform over the block, before any barrier */
 		return;
 	const int t0 = split * span, t1 = min(len, t0 + span);
-	const int ntile = (t1 - t0 + T - 1) / T;
+	const int ntile = (t1 - t0 + RT - 1) / RT; /* rounds */
 	const char *cache = reinterpret_cast<const char *>(a.cache);
 	const uint32_t stg = smem_u32(smraw);
 
-	/* tile i's rows into stage i % NSTAGE; one commit group a tile, empty
-	 * past the last, so that the count is uniform */
+	/* round i's rows into stage i % NSTAGE; one commit group a round,
+	 * empty past the last, so that the count is uniform */
 	auto load_tile = [&](int i) {
 		if (i < ntile)
-			stage_tile(stg + (uint32_t)(i % NSTAGE) * TILEB, cache, t0 + i * T, t1, tid);
+#pragma unroll
+			for (int u = 0; u < TR; u++)
+				stage_tile(stg + (uint32_t)(i % NSTAGE) * R::STAGEB + u * TILEB, cache, t0 + i * RT + u * T,
+					   t1, tid);
 		cp_async_commit();
 	};
 #pragma unroll
@@ -131,43 +144,60 @@ static __global__ void __launch_bounds__(THREADS, 1) mla_mma_kernel(mla_params a
 	/* this lane's ldmatrix addresses within a stage, and of the probabilities */
 	const uint32_t koff = (uint32_t)(nh * 16 + ldk_row(lane)) * ROWB + (kq * KSQ * 16 + ldk_col(lane)) * 2;
 	const uint32_t voff = (uint32_t)ldv_row(lane) * ROWB + (warp * 64 + ldv_col(lane)) * 2;
-	const uint32_t poff = (uint32_t)(lda_row(lane) * PS + lda_col(lane)) * 2;
+	const uint32_t poff = (uint32_t)(lda_row(lane) * PR + lda_col(lane)) * 2;
 	const uint32_t ph[1] = { smem_u32(sph) + poff }, pl[1] = { smem_u32(spl) + poff };
 
 	for (int i = 0; i < ntile; i++) {
 		cp_async_wait<NSTAGE - 2>(); /* this thread's copies of tile i */
 		__syncthreads();             /* everyone's; and tile i-1's stage is free */
 		load_tile(i + NSTAGE - 1);
-		const uint32_t st = stg + (uint32_t)(i % NSTAGE) * TILEB;
-		const int tb = t0 + i * T;
+		const uint32_t st = stg + (uint32_t)(i % NSTAGE) * R::STAGEB;
+		const int tb = t0 + i * RT;
 
-		{ /* partial scores of this warp's k-quarter and 16 rows */
+#pragma unroll
+		for (int u = 0; u < TR; u++) { /* partial scores of this warp's k-quarter and 16 rows a tile */
 			float sh[2][4], sl[2][4];
-			score_quarter<1>(sh, sl, qh, ql, st + koff);
-			score_store<1>(sc + kq * HG * SCS + nh * 16, sh, sl, lane);
+			score_quarter<1>(sh, sl, qh, ql, st + u * TILEB + koff);
+			score_store<1, SCR>(sc + kq * HG * SCR + u * T + nh * 16, sh, sl, lane);
 		}
 		__syncthreads();
 
-		/* online softmax: heads 2w, 2w+1, a lane a row */
+		/* online softmax: heads 2w, 2w+1, a lane a row of each tile */
 #pragma unroll
 		for (int j = 0; j < 2; j++) {
 			const int h = 2 * warp + j;
-			const float dot = quarter_sum(sc + h * SCS + lane, HG * SCS);
-			const float s = tb + lane < t1 ? dot * qinv[j] * a.scale : -INFINITY;
 			float alpha;
-			const float p = softmax_step(s, m_run[j], l_run[j], alpha);
-			__half hi, lo;
-			split_h(p * PSCALE, hi, lo);
-			sph[h * PS + lane] = hi;
-			spl[h * PS + lane] = lo;
+			if (TR == 1) {
+				const float dot = quarter_sum(sc + h * SCR + lane, HG * SCR);
+				const float s = tb + lane < t1 ? dot * qinv[j] * a.scale : -INFINITY;
+				const float p = softmax_step(s, m_run[j], l_run[j], alpha);
+				__half hi, lo;
+				split_h(p * PSCALE, hi, lo);
+				sph[h * PR + lane] = hi;
+				spl[h * PR + lane] = lo;
+			} else {
+				const float d0 = quarter_sum(sc + h * SCR + lane, HG * SCR);
+				const float d1 = quarter_sum(sc + h * SCR + T + lane, HG * SCR);
+				const float s0 = tb + lane < t1 ? d0 * qinv[j] * a.scale : -INFINITY;
+				const float s1 = tb + T + lane < t1 ? d1 * qinv[j] * a.scale : -INFINITY;
+				float p0, p1;
+				softmax_step2(s0, s1, m_run[j], l_run[j], alpha, p0, p1);
+				__half hi, lo;
+				split_h(p0 * PSCALE, hi, lo);
+				sph[h * PR + lane] = hi;
+				spl[h * PR + lane] = lo;
+				split_h(p1 * PSCALE, hi, lo);
+				sph[h * PR + T + lane] = hi;
+				spl[h * PR + T + lane] = lo;
+			}
 			if (lane == 0)
 				sal[h] = alpha;
 		}
 		__syncthreads();
 
-		{ /* this tile's value product, from zero, then acc = alpha * acc + it */
+		{ /* this round's value product, from zero, then acc = alpha * acc + it */
 			float tv[1][8][4];
-			value_tile<1, 4>(tv, ph, pl, st + voff);
+			value_tile<1, 4, 2 * TR>(tv, ph, pl, st + voff);
 			const float a0 = sal[fc_row(lane, 0)], a1 = sal[fc_row(lane, 2)];
 #pragma unroll
 			for (int j = 0; j < 8; j++)
@@ -212,7 +242,7 @@ static __global__ void __launch_bounds__(THREADS, 1) mla_mma_kernel(mla_params a
  * alone: 0, or X4_EINVAL (nothing launched) when it cannot run here,
  * X4_ECUDA when a launch fails.  NSTAGE: tiles in flight (the library's
  * instance is 2; the lab also times 4, which was no faster). */
-template <int NSTAGE = 2>
+template <int NSTAGE = 2, int TR = 1>
 static int mla_mma_decode(int n_head, int kv_lora, int d_rope, const float *qt,
 			  const uint16_t *cache, int max_ctx, const int *pos, float kq_scale,
 			  float *ob, void *ws, size_t ws_bytes, cudaStream_t s, x4_err *e)
@@ -231,14 +261,14 @@ static int mla_mma_decode(int n_head, int kv_lora, int d_rope, const float *qt,
 	if (ws_bytes < need)
 		return x4_err_set(e, X4_EINVAL, "x4k_mla_decode_mma: workspace of %zu bytes, %zu "
 				  "needed", ws_bytes, need);
-	constexpr size_t smem = smem_bytes<NSTAGE>();
+	constexpr size_t smem = smem_bytes<NSTAGE, TR>();
 	static std::atomic<unsigned long long> ready{ 0 }; /* mma_device_ready's devices */
-	if (int rc = mma_device_ready(mla_mma_kernel<NSTAGE>, smem, ready, "x4k_mla_decode_mma", e))
+	if (int rc = mma_device_ready(mla_mma_kernel<NSTAGE, TR>, smem, ready, "x4k_mla_decode_mma", e))
 		return rc;
 	const int nsplit = mla_nsplit(max_ctx);
 	const mla_params a = mla_decode_params(qt, cache, pos, ob, ws, n_head, kv_lora, CW, max_ctx,
 					       kq_scale, nsplit);
-	x4p::launch(mla_mma_kernel<NSTAGE>, dim3(nsplit, n_head / HG, 1), dim3(THREADS), smem, s, a);
+	x4p::launch(mla_mma_kernel<NSTAGE, TR>, dim3(nsplit, n_head / HG, 1), dim3(THREADS), smem, s, a);
 	int rc = x4_cuda_launched("x4k_mla_decode_mma: attention", e);
 	if (rc || nsplit == 1)
 		return rc;

@@ -122,6 +122,21 @@ __device__ __forceinline__ float softmax_step(float s, float &m_run, float &l_ru
 	return p;
 }
 
+/* softmax_step over two keys a lane (keys lane and 32 + lane of a round of
+ * 64): one max and one sum for both, the pair's p added before the warp's
+ * sum. */
+__device__ __forceinline__ void softmax_step2(float s0, float s1, float &m_run, float &l_run, float &alpha,
+					      float &p0, float &p1)
+{
+	const float mnew = fmaxf(m_run, warp_max(fmaxf(s0, s1)));
+	const float mu = mnew == -INFINITY ? 0.f : mnew;
+	p0 = expf(s0 - mu);
+	p1 = expf(s1 - mu);
+	alpha = expf(m_run - mu);
+	l_run = l_run * alpha + warp_sum(p0 + p1);
+	m_run = mnew;
+}
+
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
 /* shared-memory addresses, cp.async, ldmatrix and the fp16 MMA: mma_dev.cuh's */
 using x4m::smem_u32;
@@ -228,8 +243,8 @@ __device__ __forceinline__ void score_quarter(float (&sh)[2 * NP][4], float (&sl
 }
 
 /* Those partials into shared memory: d points at the m-tile's first row and
- * the pairs' first column, rows SCS floats apart; hi + lo in fp32. */
-template <int NP>
+ * the pairs' first column, rows STRIDE floats apart; hi + lo in fp32. */
+template <int NP, int STRIDE = SCS>
 __device__ __forceinline__ void score_store(float *d, const float (&sh)[2 * NP][4],
 					    const float (&sl)[2 * NP][4], int lane)
 {
@@ -237,16 +252,17 @@ __device__ __forceinline__ void score_store(float *d, const float (&sh)[2 * NP][
 	for (int n = 0; n < 2 * NP; n++)
 #pragma unroll
 		for (int r = 0; r < 4; r += 2)
-			*reinterpret_cast<float2 *>(d + fc_row(lane, r) * SCS + n * 8 + fc_col(lane, r)) =
+			*reinterpret_cast<float2 *>(d + fc_row(lane, r) * STRIDE + n * 8 + fc_col(lane, r)) =
 				make_float2(sh[n][r] + sl[n][r], sh[n][r + 1] + sl[n][r + 1]);
 }
 
 /* A tile's value product, from zero, of MT m-tiles and NP pairs of n-tiles
- * (16 * NP value columns): tv[m][n] = P[m] . V over the tile's 32 rows, P
+ * (16 * NP value columns): tv[m][n] = P[m] . V over the tile's 16 * KK rows
+ * (32 unless a decode round of 64 rows), P
  * as p * 2^14 in hi and lo (ph[m], pl[m]: this lane's ldmatrix address of
  * m-tile m's first k-step), V by ldmatrix.trans (vaddr: this lane's
  * address of the first pair at the tile's row 0). */
-template <int MT, int NP>
+template <int MT, int NP, int KK = 2>
 __device__ __forceinline__ void value_tile(float (&tv)[MT][2 * NP][4], const uint32_t (&ph)[MT],
 					   const uint32_t (&pl)[MT], uint32_t vaddr)
 {
@@ -258,7 +274,7 @@ __device__ __forceinline__ void value_tile(float (&tv)[MT][2 * NP][4], const uin
 			for (int r = 0; r < 4; r++)
 				tv[m][n][r] = 0.f;
 #pragma unroll
-	for (int kk = 0; kk < 2; kk++) {
+	for (int kk = 0; kk < KK; kk++) {
 		uint32_t ah[MT][4], al[MT][4];
 #pragma unroll
 		for (int m = 0; m < MT; m++) {

@@ -165,6 +165,10 @@ int x4k_tc_copy_get(void);
  * context against 1, 1.005x against 2, bench/RESULTS.md 37). */
 void x4k_q6k_rows_set(int rows);
 int x4k_q6k_rows_get(void);
+/* TEMPORARY (the tensor-core decode attention in rounds of 64 cache rows,
+ * priced against rounds of 32): tiles of 32 rows a round, 1 or 2 (the
+ * default). */
+void x4k_mla_round_set(int tiles);
 
 /* h = silu(g) * u elementwise, fp32 (docs/numerics.md 1.4: the product is the value that
  * overflows fp16, so it stays fp32 on its way to the down projection). */

@@ -62,7 +62,7 @@ static void prefill_emu(const data &d, int n_tok, int pos, const float *qt, floa
 		run_block(dim3(nb), dim3(256), uint3{ (unsigned)b, 0, 0 }, sched ? sched + b : 0);
 }
 
-static void decode_emu(const data &d, int pos, float *ob, unsigned sched, bool late)
+static void decode_emu(const data &d, int pos, float *ob, unsigned sched, bool late, int tr)
 {
 	late_copies = late;
 	static int p;
@@ -72,7 +72,12 @@ static void decode_emu(const data &d, int pos, float *ob, unsigned sched, bool l
 	ws.assign(x4k_mla_decode_workspace_bytes(d.n_head, 512, d.max_ctx) + 64, 0);
 	x4c::mla_params a = x4c::mla_decode_params(d.qt.data(), d.cache.data(), &p, ob, ws.data(), d.n_head, 512,
 					      576, d.max_ctx, KQ_SCALE, nsplit);
-	body = [&] { mla_mma::mla_mma_kernel<2>(a); };
+	body = [&] {
+		if (tr == 1)
+			mla_mma::mla_mma_kernel<2, 1>(a);
+		else
+			mla_mma::mla_mma_kernel<2, 2>(a);
+	};
 	for (int y = 0; y < d.n_head / 16; y++)
 		for (int x = 0; x < nsplit; x++)
 			run_block(dim3(nsplit, d.n_head / 16), dim3(256), uint3{ (unsigned)x, (unsigned)y, 0 },
@@ -143,12 +148,17 @@ static void decode_case(int n_head, int max_ctx, int pos, unsigned seed, float q
 	make(d, n_head, max_ctx, 1, seed, qsig);
 	const size_t no = (size_t)n_head * 512;
 	std::vector<float> o1(no), o2(no);
-	memset(o1.data(), 0xff, no * 4);
-	decode_emu(d, pos, o1.data(), 0, false);
-	compare("decode mma", d, 1, pos, o1.data());
-	decode_emu(d, pos, o2.data(), seed * 5 + 3, true);
-	report(!memcmp(o1.data(), o2.data(), no * 4), "decode mma schedule",
-	       "heads %d pos %d: random warp order and late copies give the same bits", n_head, pos);
+	for (int tr = 1; tr <= 2; tr++) { /* rounds of 32 and 64 cache rows */
+		char nm[64];
+		memset(o1.data(), 0xff, no * 4);
+		decode_emu(d, pos, o1.data(), 0, false, tr);
+		snprintf(nm, sizeof nm, "decode mma, rounds of %d", 32 * tr);
+		compare(nm, d, 1, pos, o1.data());
+		decode_emu(d, pos, o2.data(), seed * 5 + 3, true, tr);
+		snprintf(nm, sizeof nm, "decode mma schedule, rounds of %d", 32 * tr);
+		report(!memcmp(o1.data(), o2.data(), no * 4), nm,
+		       "heads %d pos %d: random warp order and late copies give the same bits", n_head, pos);
+	}
 }
 
 int main(int argc, char **argv)
@@ -160,6 +170,8 @@ int main(int argc, char **argv)
 		decode_case(16, 32, 28, 1);     /* one split, a part tile */
 		decode_case(32, 100, 70, 2);    /* splits, the last short */
 		decode_case(16, 200, 199, 3, 12.f); /* peaked */
+		decode_case(32, 2100, 2099, 4);  /* 64 splits of 33 rows: rounds of 64 half empty */
+		decode_case(16, 300, 150, 5);    /* a span of 160: two and a half rounds of 64 */
 	}
 	if (!*only || strstr("prefill", only)) {
 		prefill_case(16, 64, 7, 0, 11);    /* 3.5 blocks, contexts 1..7 */
