@@ -98,13 +98,15 @@ static __global__ void __launch_bounds__(THREADS, 1) mla_mma_kernel(mla_params a
 	const char *cache = reinterpret_cast<const char *>(a.cache);
 	const uint32_t stg = smem_u32(smraw);
 
-	/* round i's rows into stage i % NSTAGE; one commit group a round,
-	 * empty past the last, so that the count is uniform */
+	/* round i's rows into stage i % NSTAGE (a tile wholly past the span
+	 * not at all); one commit group a round, empty past the last, so that
+	 * the count is uniform */
 	auto load_tile = [&](int i) {
 		if (i < ntile)
 #pragma unroll
 			for (int u = 0; u < TR; u++)
-				stage_tile(stg + (uint32_t)(i % NSTAGE) * R::STAGEB + u * TILEB, cache, t0 + i * RT + u * T,
+				if (u == 0 || t0 + i * RT + u * T < t1)
+					stage_tile(stg + (uint32_t)(i % NSTAGE) * R::STAGEB + u * TILEB, cache, t0 + i * RT + u * T,
 					   t1, tid);
 		cp_async_commit();
 	};
@@ -153,9 +155,16 @@ static __global__ void __launch_bounds__(THREADS, 1) mla_mma_kernel(mla_params a
 		load_tile(i + NSTAGE - 1);
 		const uint32_t st = stg + (uint32_t)(i % NSTAGE) * R::STAGEB;
 		const int tb = t0 + i * RT;
+		/* a round whose second tile is wholly past the span (its last, of
+		 * 32 rows or fewer) is done as a round of 32: the same bits as a
+		 * round of 64 whose second tile is masked (p 0 there adds
+		 * nothing), without that tile's products */
+		const bool half = TR > 1 && tb + T >= t1;
 
 #pragma unroll
 		for (int u = 0; u < TR; u++) { /* partial scores of this warp's k-quarter and 16 rows a tile */
+			if (u > 0 && half)
+				break;
 			float sh[2][4], sl[2][4];
 			score_quarter<1>(sh, sl, qh, ql, st + u * TILEB + koff);
 			score_store<1, SCR>(sc + kq * HG * SCR + u * T + nh * 16, sh, sl, lane);
@@ -167,7 +176,7 @@ static __global__ void __launch_bounds__(THREADS, 1) mla_mma_kernel(mla_params a
 		for (int j = 0; j < 2; j++) {
 			const int h = 2 * warp + j;
 			float alpha;
-			if (TR == 1) {
+			if (TR == 1 || half) {
 				const float dot = quarter_sum(sc + h * SCR + lane, HG * SCR);
 				const float s = tb + lane < t1 ? dot * qinv[j] * a.scale : -INFINITY;
 				const float p = softmax_step(s, m_run[j], l_run[j], alpha);
@@ -197,7 +206,10 @@ static __global__ void __launch_bounds__(THREADS, 1) mla_mma_kernel(mla_params a
 
 		{ /* this round's value product, from zero, then acc = alpha * acc + it */
 			float tv[1][8][4];
-			value_tile<1, 4, 2 * TR>(tv, ph, pl, st + voff);
+			if (TR == 1 || half)
+				value_tile<1, 4, 2>(tv, ph, pl, st + voff);
+			else
+				value_tile<1, 4, 2 * TR>(tv, ph, pl, st + voff);
 			const float a0 = sal[fc_row(lane, 0)], a1 = sal[fc_row(lane, 2)];
 #pragma unroll
 			for (int j = 0; j < 8; j++)
