@@ -15,11 +15,21 @@ namespace {
 
 bool aligned(const void *p, size_t n) { return ((uintptr_t)p % n) == 0; }
 
-std::atomic<int> mla_round{ 2 }; /* x4k_mla_round_set: TEMPORARY, the lever's arm */
+/* Does the current device give a block the shared memory of rounds of 64
+ * (mla_mma.cuh: 173 KB; an sm_80 card allows 167, sm_86 and sm_89 101)?
+ * Where not, the decode takes rounds of 32 (88 KB) at every context. */
+bool round64_fits()
+{
+	int dev = 0, optin = 0;
+	if (cudaGetDevice(&dev) != cudaSuccess ||
+	    cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) {
+		(void)cudaGetLastError();
+		return false;
+	}
+	return (size_t)optin >= mla_mma::smem_bytes<2, 2>();
+}
 
 } /* namespace */
-
-extern "C" void x4k_mla_round_set(int tiles) { mla_round.store(tiles == 1 ? 1 : 2); }
 
 extern "C" int x4k_mla_decode(int n_head, int kv_lora, int d_rope, const float *qt,
 			      const uint16_t *cache, int max_ctx, const int *pos, float kq_scale,
@@ -54,7 +64,7 @@ extern "C" int x4k_mla_decode_mma(int n_head, int kv_lora, int d_rope, const flo
 				  const uint16_t *cache, int max_ctx, const int *pos, float kq_scale,
 				  float *ob, void *ws, size_t ws_bytes, cudaStream_t s, x4_err *e)
 {
-	if (mla_round.load() == 1)
+	if (max_ctx < X4K_MLA_ROUND64_CTX || !round64_fits())
 		return mla_mma::mla_mma_decode<2, 1>(n_head, kv_lora, d_rope, qt, cache, max_ctx, pos, kq_scale,
 						     ob, ws, ws_bytes, s, e);
 	return mla_mma::mla_mma_decode<2, 2>(n_head, kv_lora, d_rope, qt, cache, max_ctx, pos, kq_scale, ob,

@@ -16,8 +16,16 @@
  *
  * Grid (nsplit, n_head / 16) over the library's splits (mla_nsplit,
  * mla_span): a block takes 16 heads (one m-tile) and a span of rows, in
- * tiles of 32 rows, NSTAGE tiles in flight (the next NSTAGE-1 tiles' copies
- * issued while this one is computed).  8 warps.
+ * rounds of TR tiles of 32 rows, NSTAGE rounds in flight (the next
+ * NSTAGE-1 rounds' copies issued while this one is computed).  8 warps.
+ * A round is one pass of scores, barrier, softmax, barrier, values: its
+ * chains of round trips, not the cache's bytes, set the walk's pace
+ * (2 warps a scheduler, 0.27 instructions issued a cycle at 32,500
+ * positions: bench/RESULTS.md 41), so from X4K_MLA_ROUND64_CTX cache rows
+ * the library takes rounds of 64 (TR 2: 1.03-1.04x the decode step at
+ * 32,500 positions), below it rounds of 32 (TR 1: spans of 32 to 96 rows,
+ * where 64 did not pay).  A span's last round whose second tile is wholly
+ * past the span is done as a round of 32.
  *
  * Scores S^T[16 heads][32 rows] = Q[16][576] . K^T: warp w takes the
  * k-quarter w&3 and the rows 16*(w>>2) .. +15 (two n-tiles).  Its A
@@ -27,13 +35,13 @@
  * staged tile.
  *
  * Softmax: online per head in fp32 (running max, sum, the accumulators
- * rescaled by alpha each tile), warp w owning heads 2w, 2w+1, a lane a
- * row, expf: the library's arithmetic.
+ * rescaled by alpha each round), warp w owning heads 2w, 2w+1, a lane a
+ * row of each tile, expf: the library's arithmetic.
  *
- * Values O[16][512] += P[16][32] . V[32][512]: warp w owns the columns
- * 64w .. +63 (8 n-tiles, 32 f32 a lane), A = P (hi and lo) by ldmatrix.x4
- * from shared memory, B = V by ldmatrix.x4.trans from the same staged tile
- * (its first 512 columns).
+ * Values O[16][512] += P[16][32 TR] . V[32 TR][512]: warp w owns the
+ * columns 64w .. +63 (8 n-tiles, 32 f32 a lane), A = P (hi and lo) by
+ * ldmatrix.x4 from shared memory, B = V by ldmatrix.x4.trans from the same
+ * staged round (its first 512 columns).
  *
  * Partials pm/pl/pacc in the library's layout, combined by the library's
  * own kernel (mla_combine_kernel, mla_attn.cuh); nsplit == 1 writes ob
@@ -48,8 +56,8 @@ namespace mla_mma {
 
 constexpr int HG = MR;              /* heads a block: one m-tile */
 
-/* TR tiles of 32 rows a round (TEMPORARY lever: 1 or 2): a stage holds a
- * round, the scores' and probabilities' rows are a round wide. */
+/* TR tiles of 32 rows a round (1 or 2): a stage holds a round, the
+ * scores' and probabilities' rows are a round wide. */
 template <int TR> struct round_shape {
 	static_assert(TR == 1 || TR == 2, "rounds of 32 or 64 rows");
 	enum { RT = T * TR, SCR = SCS + T * (TR - 1), PR = PS + T * (TR - 1), STAGEB = TR * TILEB };
@@ -252,8 +260,9 @@ static __global__ void __launch_bounds__(THREADS, 1) mla_mma_kernel(mla_params a
 /* x4k_mla_decode's arguments and contract (one token at *pos over rows
  * [0, *pos], ws of x4k_mla_decode_workspace_bytes), for the model's shape
  * alone: 0, or X4_EINVAL (nothing launched) when it cannot run here,
- * X4_ECUDA when a launch fails.  NSTAGE: tiles in flight (the library's
- * instance is 2; the lab also times 4, which was no faster). */
+ * X4_ECUDA when a launch fails.  NSTAGE: rounds in flight (the library's
+ * instances are 2; the lab also times 4, which was no faster); TR: tiles
+ * a round. */
 template <int NSTAGE = 2, int TR = 1>
 static int mla_mma_decode(int n_head, int kv_lora, int d_rope, const float *qt,
 			  const uint16_t *cache, int max_ctx, const int *pos, float kq_scale,

@@ -533,8 +533,6 @@ typedef struct x4_trunk_opts {
 	bool warp_copy;    /* GPU: the decode step's IQ4_NL tensor-core products copy their
 	                      weights a warp's slice at a time (the arm the default, a block's
 	                      rows as one contiguous span, is priced against; the same bits) */
-	bool attn32;       /* TEMPORARY arm (--copy attn32): the decode attention in rounds of 32
-	                      cache rows instead of 64 */
 	bool no_reserve;   /* GPU, a load option: plan to the last byte, keeping none of
 	                      X4_MEM_RESERVE_BYTES free (x4-ceiling's hardware edge; never
 	                      for serving: the context's own growth then lands in a request) */

@@ -45,6 +45,8 @@ enum {
 	X4K_HC_SPLIT_MAX_TOK = 8, /* up to this many tokens the gate is split */
 	X4K_MLA_MIN_SPAN = 32,    /* cache rows a decode split takes at least: one tile */
 	X4K_MLA_MAX_SPLIT = 64,   /* decode splits at most (kernels/mla_attn.cuh says why) */
+	X4K_MLA_ROUND64_CTX = 8192, /* caches from which the tensor-core decode walks its spans
+	                             64 rows a round (kernels/mla_mma.cuh) */
 };
 /* The shape the tensor-core attention takes (x4k_mla_decode_mma,
  * x4k_mla_prefill_mma): heads in blocks of 16, the model's latent of 512
@@ -165,10 +167,6 @@ int x4k_tc_copy_get(void);
  * context against 1, 1.005x against 2, bench/RESULTS.md 37). */
 void x4k_q6k_rows_set(int rows);
 int x4k_q6k_rows_get(void);
-/* TEMPORARY (the tensor-core decode attention in rounds of 64 cache rows,
- * priced against rounds of 32): tiles of 32 rows a round, 1 or 2 (the
- * default). */
-void x4k_mla_round_set(int tiles);
 
 /* h = silu(g) * u elementwise, fp32 (docs/numerics.md 1.4: the product is the value that
  * overflows fp16, so it stays fp32 on its way to the down projection). */

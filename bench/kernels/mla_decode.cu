@@ -62,9 +62,10 @@ int main(int argc, char **argv)
 	const struct { const char *name; mma_fn fn; } mmas[] = {
 		{ "mma", x4k_mla_decode_mma },
 		{ "mma4", mla_mma::mla_mma_decode<4> },
-		{ "mma32", mla_mma::mla_mma_decode<2, 1> }, /* TEMPORARY: rounds of 32 rows (main's) */
+		{ "mma_r32", mla_mma::mla_mma_decode<2, 1> }, /* rounds of 32 rows (the library's below X4K_MLA_ROUND64_CTX) */
+		{ "mma_r64", mla_mma::mla_mma_decode<2, 2> }, /* rounds of 64 (the library's from it) */
 	};
-	bool mma_skip[3] = { false, false, false }, fail = false;
+	bool mma_skip[4] = { false, false, false, false }, fail = false;
 	std::vector<float> h_ref(nob), h_mma(nob), h_again(nob);
 	/* {cache rows, context, peaked}: the first rows serve as the smaller
 	 * caches, whose workspaces the largest one's cover */
@@ -120,7 +121,7 @@ int main(int argc, char **argv)
 			if (!same)
 				fail = true;
 		}
-		for (int v = 0; v < 3; v++) {
+		for (int v = 0; v < 4; v++) {
 			if (mma_skip[v])
 				continue;
 			x4_err me = { 0 };

@@ -138,8 +138,7 @@ static bool opts_differ(const x4_trunk_opts *a, const x4_trunk_opts *b)
 	       a->prefill_chunk != b->prefill_chunk || a->hc_eager != b->hc_eager ||
 	       a->kv != b->kv || a->mem_limit != b->mem_limit || a->sublayer != b->sublayer ||
 	       a->no_graph != b->no_graph || a->pdl != b->pdl || a->attn != b->attn ||
-	       a->gemm != b->gemm || a->warp_copy != b->warp_copy || a->attn32 != b->attn32 ||
-	       a->no_reserve != b->no_reserve;
+	       a->gemm != b->gemm || a->warp_copy != b->warp_copy || a->no_reserve != b->no_reserve;
 }
 
 static int grow(void **p, size_t *cap, size_t need, size_t elem, const char *what, x4_err *e)
