@@ -20,13 +20,22 @@ bool aligned(const void *p, size_t n) { return ((uintptr_t)p % n) == 0; }
  * Where not, the decode takes rounds of 32 (88 KB) at every context. */
 bool round64_fits()
 {
+	static std::atomic<int> known[64]; /* a device's answer: 0 not read yet, 1 yes, 2 no */
 	int dev = 0, optin = 0;
-	if (cudaGetDevice(&dev) != cudaSuccess ||
-	    cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) {
+	if (cudaGetDevice(&dev) != cudaSuccess) {
 		(void)cudaGetLastError();
 		return false;
 	}
-	return (size_t)optin >= mla_mma::smem_bytes<2, 2>();
+	if (dev >= 0 && dev < 64 && known[dev].load())
+		return known[dev].load() == 1;
+	if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) {
+		(void)cudaGetLastError();
+		return false;
+	}
+	const bool fits = (size_t)optin >= mla_mma::smem_bytes<2, 2>();
+	if (dev >= 0 && dev < 64)
+		known[dev].store(fits ? 1 : 2);
+	return fits;
 }
 
 } /* namespace */
@@ -64,7 +73,7 @@ extern "C" int x4k_mla_decode_mma(int n_head, int kv_lora, int d_rope, const flo
 				  const uint16_t *cache, int max_ctx, const int *pos, float kq_scale,
 				  float *ob, void *ws, size_t ws_bytes, cudaStream_t s, x4_err *e)
 {
-	if (max_ctx < X4K_MLA_ROUND64_CTX || !round64_fits())
+	if (max_ctx < mla_mma::ROUND64_CTX || !round64_fits())
 		return mla_mma::mla_mma_decode<2, 1>(n_head, kv_lora, d_rope, qt, cache, max_ctx, pos, kq_scale,
 						     ob, ws, ws_bytes, s, e);
 	return mla_mma::mla_mma_decode<2, 2>(n_head, kv_lora, d_rope, qt, cache, max_ctx, pos, kq_scale, ob,

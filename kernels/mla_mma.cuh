@@ -21,7 +21,7 @@
  * A round is one pass of scores, barrier, softmax, barrier, values: its
  * chains of round trips, not the cache's bytes, set the walk's pace
  * (2 warps a scheduler, 0.27 instructions issued a cycle at 32,500
- * positions: bench/RESULTS.md 41), so from X4K_MLA_ROUND64_CTX cache rows
+ * positions: bench/RESULTS.md 41), so from ROUND64_CTX cache rows
  * the library takes rounds of 64 (TR 2: 1.03-1.04x the decode step at
  * 32,500 positions), below it rounds of 32 (TR 1: spans of 32 to 96 rows,
  * where 64 did not pay).  A span's last round whose second tile is wholly
@@ -55,6 +55,7 @@
 namespace mla_mma {
 
 constexpr int HG = MR;              /* heads a block: one m-tile */
+constexpr int ROUND64_CTX = 8192;   /* caches (max_ctx) from which the library walks rounds of 64 */
 
 /* TR tiles of 32 rows a round (1 or 2): a stage holds a round, the
  * scores' and probabilities' rows are a round wide. */

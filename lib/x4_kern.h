@@ -45,8 +45,6 @@ enum {
 	X4K_HC_SPLIT_MAX_TOK = 8, /* up to this many tokens the gate is split */
 	X4K_MLA_MIN_SPAN = 32,    /* cache rows a decode split takes at least: one tile */
 	X4K_MLA_MAX_SPLIT = 64,   /* decode splits at most (kernels/mla_attn.cuh says why) */
-	X4K_MLA_ROUND64_CTX = 8192, /* caches from which the tensor-core decode walks its spans
-	                             64 rows a round (kernels/mla_mma.cuh) */
 };
 /* The shape the tensor-core attention takes (x4k_mla_decode_mma,
  * x4k_mla_prefill_mma): heads in blocks of 16, the model's latent of 512
@@ -426,7 +424,10 @@ int x4k_mla_decode(int n_head, int kv_lora, int d_rope, const float *qt, const u
 		   size_t ws_bytes, cudaStream_t s, x4_err *e);
 /* x4k_mla_decode on the tensor cores (kernels/mla_mma.cuh; the trunk's
  * `attn` option, X4_ATTN_MMA): the same arguments, workspace and partial
- * layout, not the same bits (docs/numerics.md 1.7).  The model's shape only
+ * layout, not the same bits (docs/numerics.md 1.7).  From 8,192 rows of
+ * cache (max_ctx), on a card that gives a block 173 KB of shared memory, it
+ * walks a split's rows 64 a round, else 32 (bits of their own where a
+ * split's span is longer than 32 rows).  The model's shape only
  * (heads a multiple of 16, kv_lora 512, rope 64) on sm_80 or newer (the
  * compute capability read on the host); otherwise X4_EINVAL, saying which,
  * and nothing launched. */

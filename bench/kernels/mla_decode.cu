@@ -62,7 +62,7 @@ int main(int argc, char **argv)
 	const struct { const char *name; mma_fn fn; } mmas[] = {
 		{ "mma", x4k_mla_decode_mma },
 		{ "mma4", mla_mma::mla_mma_decode<4> },
-		{ "mma_r32", mla_mma::mla_mma_decode<2, 1> }, /* rounds of 32 rows (the library's below X4K_MLA_ROUND64_CTX) */
+		{ "mma_r32", mla_mma::mla_mma_decode<2, 1> }, /* rounds of 32 rows (the library's below mla_mma::ROUND64_CTX) */
 		{ "mma_r64", mla_mma::mla_mma_decode<2, 2> }, /* rounds of 64 (the library's from it) */
 	};
 	bool mma_skip[4] = { false, false, false, false }, fail = false;
