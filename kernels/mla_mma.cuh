@@ -115,8 +115,8 @@ static __global__ void __launch_bounds__(THREADS, 1) mla_mma_kernel(mla_params a
 #pragma unroll
 			for (int u = 0; u < TR; u++)
 				if (u == 0 || t0 + i * RT + u * T < t1)
-					stage_tile(stg + (uint32_t)(i % NSTAGE) * R::STAGEB + u * TILEB, cache, t0 + i * RT + u * T,
-					   t1, tid);
+					stage_tile(stg + (uint32_t)(i % NSTAGE) * R::STAGEB + u * TILEB, cache,
+						   t0 + i * RT + u * T, t1, tid);
 		cp_async_commit();
 	};
 #pragma unroll
@@ -187,24 +187,25 @@ static __global__ void __launch_bounds__(THREADS, 1) mla_mma_kernel(mla_params a
 			float alpha;
 			if (TR == 1 || half) {
 				const float dot = quarter_sum(sc + h * SCR + lane, HG * SCR);
-				const float s = tb + lane < t1 ? dot * qinv[j] * a.scale : -INFINITY;
-				const float p = softmax_step(s, m_run[j], l_run[j], alpha);
+				const float s[1] = { tb + lane < t1 ? dot * qinv[j] * a.scale : -INFINITY };
+				float p[1];
+				softmax_step<1>(s, p, m_run[j], l_run[j], alpha);
 				__half hi, lo;
-				split_h(p * PSCALE, hi, lo);
+				split_h(p[0] * PSCALE, hi, lo);
 				sph[h * PR + lane] = hi;
 				spl[h * PR + lane] = lo;
 			} else {
 				const float d0 = quarter_sum(sc + h * SCR + lane, HG * SCR);
 				const float d1 = quarter_sum(sc + h * SCR + T + lane, HG * SCR);
-				const float s0 = tb + lane < t1 ? d0 * qinv[j] * a.scale : -INFINITY;
-				const float s1 = tb + T + lane < t1 ? d1 * qinv[j] * a.scale : -INFINITY;
-				float p0, p1;
-				softmax_step2(s0, s1, m_run[j], l_run[j], alpha, p0, p1);
+				const float s[2] = { tb + lane < t1 ? d0 * qinv[j] * a.scale : -INFINITY,
+						     tb + T + lane < t1 ? d1 * qinv[j] * a.scale : -INFINITY };
+				float p[2];
+				softmax_step<2>(s, p, m_run[j], l_run[j], alpha);
 				__half hi, lo;
-				split_h(p0 * PSCALE, hi, lo);
+				split_h(p[0] * PSCALE, hi, lo);
 				sph[h * PR + lane] = hi;
 				spl[h * PR + lane] = lo;
-				split_h(p1 * PSCALE, hi, lo);
+				split_h(p[1] * PSCALE, hi, lo);
 				sph[h * PR + T + lane] = hi;
 				spl[h * PR + T + lane] = lo;
 			}

@@ -110,30 +110,22 @@ __device__ __forceinline__ float quarter_sum(const float *d, int stride)
  * accumulators' rescale.  The fp32 kernel's arithmetic (mla_attn.cuh).  A
  * row that has seen no key yet (every s so far -inf) keeps p 0, alpha 0,
  * its max -inf and its sum 0, where exp(-inf - -inf) would be NaN; a row
- * with a finite max computes exactly what it would without the guard. */
-__device__ __forceinline__ float softmax_step(float s, float &m_run, float &l_run, float &alpha)
-{
-	const float mnew = fmaxf(m_run, warp_max(s));
-	const float mu = mnew == -INFINITY ? 0.f : mnew;
-	const float p = expf(s - mu);
-	alpha = expf(m_run - mu);
-	l_run = l_run * alpha + warp_sum(p);
-	m_run = mnew;
-	return p;
-}
-
-/* softmax_step over two keys a lane (keys lane and 32 + lane of a round of
- * 64): one max and one sum for both, the pair's p added before the warp's
+ * with a finite max computes exactly what it would without the guard.
+ * With NK 2 (a decode round of 64 rows) a lane takes keys lane and 32 +
+ * lane: one max and one sum for both, the pair's p added before the warp's
  * sum. */
-__device__ __forceinline__ void softmax_step2(float s0, float s1, float &m_run, float &l_run, float &alpha,
-					      float &p0, float &p1)
+template <int NK>
+__device__ __forceinline__ void softmax_step(const float (&s)[NK], float (&p)[NK], float &m_run,
+					     float &l_run, float &alpha)
 {
-	const float mnew = fmaxf(m_run, warp_max(fmaxf(s0, s1)));
+	static_assert(NK == 1 || NK == 2, "a lane takes one key of a tile of 32, or two of a round of 64");
+	const float mnew = fmaxf(m_run, warp_max(NK == 1 ? s[0] : fmaxf(s[0], s[NK - 1])));
 	const float mu = mnew == -INFINITY ? 0.f : mnew;
-	p0 = expf(s0 - mu);
-	p1 = expf(s1 - mu);
+#pragma unroll
+	for (int k = 0; k < NK; k++)
+		p[k] = expf(s[k] - mu);
 	alpha = expf(m_run - mu);
-	l_run = l_run * alpha + warp_sum(p0 + p1);
+	l_run = l_run * alpha + warp_sum(NK == 1 ? p[0] : p[0] + p[NK - 1]);
 	m_run = mnew;
 }
 

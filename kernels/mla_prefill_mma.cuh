@@ -169,11 +169,11 @@ static __global__ void __launch_bounds__(THREADS, 1) mla_prefill_mma_kernel(mla_
 		for (int j = 0; j < PRW; j++) {
 			const int r = PRW * warp + j;
 			const float dot = quarter_sum(sc + r * SCS + lane, PR * SCS);
-			const float s = tb + lane < lenw ? dot * qinv[j] * a.scale : -INFINITY;
-			float alpha;
-			const float p = softmax_step(s, m_run[j], l_run[j], alpha);
+			const float s[1] = { tb + lane < lenw ? dot * qinv[j] * a.scale : -INFINITY };
+			float alpha, p[1];
+			softmax_step<1>(s, p, m_run[j], l_run[j], alpha);
 			__half hi, lo;
-			split_h(p * PSCALE, hi, lo);
+			split_h(p[0] * PSCALE, hi, lo);
 			sph[r * PS + lane] = hi;
 			spl[r * PS + lane] = lo;
 			if (lane == 0)
