@@ -57,11 +57,12 @@
  * launch (one launch fewer a MoE layer; its blocks stream while the routed
  * ones wait for the route table: 1.011x of the step at 512,
  * bench/RESULTS.md 36).  At the batch-1 step the routed blocks wait for
- * the router's scores instead of a selection launch: every warp runs the
- * router's top k (moe_route_dev.cuh) and takes its tile's expert, and the
- * first block writes the selection and the table for the down (one launch
- * fewer a MoE layer: 1.023x of the step at 512, 1.028x at 4,096,
- * bench/RESULTS.md 37).  The warp builds its B fragments in shared memory,
+ * the router's scores instead of a selection launch: a block's warp 0 runs
+ * the router's top k (moe_route_dev.cuh) and shares its tile's expert, and
+ * the first block writes the selection and the table for the down (one
+ * launch fewer a MoE layer: 1.023x of the step at 512, 1.028x at 4,096,
+ * bench/RESULTS.md 37; one warp a block rather than all, bench/RESULTS.md
+ * 42).  The warp builds its B fragments in shared memory,
  * runs the MMAs group by group, and the warps' per-row sums are added
  * through shared memory in warp order (no atomics: the same bits every
  * run); the block's
@@ -464,6 +465,34 @@ __device__ __forceinline__ float build_b(const BUILD &bb, uint32_t *B, int lane)
 
 #endif /* __CUDA_ARCH__ >= 800 */
 
+/* The kernel lab's timeline of the MoE launches (bench/kernels/moe_trace.cu
+ * defines X4_TCV_TRACE before it includes this header; the library never
+ * does, and its kernels compile to the same instructions with the stamps
+ * gone): thread 0 of a block writes %globaltimer and clock64 at stamp i of
+ * its phases into its 16 words of tcv_trace_gu (the gate/up) or
+ * tcv_trace_dn (the down), and its SM id into word 15. */
+#ifdef X4_TCV_TRACE
+__device__ unsigned long long *tcv_trace_gu, *tcv_trace_dn;
+__device__ __forceinline__ void tcv_stamp(unsigned long long *buf, int i)
+{
+#ifdef __CUDA_ARCH__
+	if (!buf || threadIdx.x != 0)
+		return;
+	unsigned long long g;
+	unsigned smid;
+	asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(g));
+	asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
+	unsigned long long *b = buf + (((size_t)blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x) * 16;
+	b[i] = g, b[8 + i] = (unsigned long long)clock64(), b[15] = smid;
+#endif
+}
+#define TCV_STAMP_GU(i) tcv_stamp(tcv_trace_gu, i)
+#define TCV_STAMP_DN(i) tcv_stamp(tcv_trace_dn, i)
+#else
+#define TCV_STAMP_GU(i) ((void)0)
+#define TCV_STAMP_DN(i) ((void)0)
+#endif
+
 /* ---- the two cores: a block of 16 rows into the accumulators ---- */
 
 struct core16 {
@@ -730,6 +759,7 @@ tc_rows_kernel(rows_args a)
 	/* a routed tile's block (else a dense one: the shared expert's in an MOE grid) */
 	const bool routed = MOE && !(a.s0 && blockIdx.x == gridDim.x - 1);
 	const uint8_t *base[2] = { MOE ? a.s0 : a.w0, MOE ? a.s1 : a.w1 }; /* the block's matrices */
+	TCV_STAMP_GU(0);
 	if (routed) { /* the table is an activation: wait first */
 		const int m = blockIdx.x;
 		float bv[PICK_J];
@@ -744,29 +774,38 @@ tc_rows_kernel(rows_args a)
 			x4p::trigger();
 			x4p::wait();
 		}
+		TCV_STAMP_GU(1);
 		int ex, start, tok;
 		if (a.pk.bias) {
 			/* one token: k tiles of one route each, tile m the pick of
 			 * the m-th lowest expert id, its route id its slot (the
-			 * table x4k_moe_select_table writes); every warp selects,
-			 * the same picks, so no barrier */
+			 * table x4k_moe_select_table writes); warp 0 selects and the
+			 * block reads its pick from shared memory (every warp
+			 * selecting, 28 warps an SM on the same shuffles, took 2.9
+			 * us of a block's time in the kernel lab: bench/RESULTS.md 42) */
 			if (m >= a.r.k) /* uniform over the block, before any barrier */
 				return;
-			x4route::picks p;
-			x4route::top_k<PICK_J>(lane, a.r.n_expert, a.r.k, a.r.score, bv, p);
-			if (m == 0 && blockIdx.y == 0 && warp == 0) {
+			__shared__ int s_ex;
+			if (warp == 0) {
+				x4route::picks p;
+				x4route::top_k<PICK_J>(lane, a.r.n_expert, a.r.k, a.r.score, bv, p);
+				if (m == 0 && blockIdx.y == 0) {
+					if (lane == 0)
+						x4route::write_picks(p, a.r.k, a.pk.scale, a.pk.norm, a.r.sel, a.r.wts);
+					__syncwarp(); /* sel, for the table */
+					x4route::small_table<PICK_J>(a.r, lane);
+				}
 				if (lane == 0)
-					x4route::write_picks(p, a.r.k, a.pk.scale, a.pk.norm, a.r.sel, a.r.wts);
-				__syncwarp(); /* sel, for the table */
-				x4route::small_table<PICK_J>(a.r, lane);
+					s_ex = p.ex[x4route::tile_slot(p, a.r.k, m)];
 			}
-			const int slot = x4route::tile_slot(p, a.r.k, m);
-			ex = p.ex[slot], start = m, tok = 0;
+			__syncthreads();
+			ex = s_ex, start = m, tok = 0;
 		} else {
 			if (m >= *a.r.n_tiles) /* uniform over the block, before any barrier */
 				return;
 			ex = a.r.tile_expert[m], start = a.r.tile_start[m], tok = a.r.route[start] / a.r.k;
 		}
+		TCV_STAMP_GU(2);
 		stage_x<NG>(cv.x, a.x + (size_t)tok * a.k + xoff, lane);
 		base[0] = a.w0 + (size_t)ex * a.n * rb;
 		base[1] = a.w1 + (size_t)ex * a.n * rb;
@@ -789,6 +828,7 @@ tc_rows_kernel(rows_args a)
 	if (!routed) {
 		x4p::trigger();
 		x4p::wait();
+		TCV_STAMP_GU(1);
 		/* x after the weights, of necessity: loaded directly, since a copy
 		 * behind theirs would complete only with all of them */
 		bb.load(a.x + xoff, lane);
@@ -806,8 +846,10 @@ tc_rows_kernel(rows_args a)
 	if (a.blk) /* every thread's copies: they fill other warps' buffers */
 		cp_async_wait<0>();
 	__syncthreads(); /* the zero array; each warp's B words; (blk) the weights */
+	TCV_STAMP_GU(3);
 	float out[MT][2];
 	tiles_dot<CORE, MT, NG>(cv.w, cv.bp, cv.zero[threadIdx.x & 31], inv, out, a.blk);
+	TCV_STAMP_GU(4);
 	if ((lane & 3) == 0)
 #pragma unroll
 		for (int mt = 0; mt < MT; mt++)
@@ -826,6 +868,7 @@ tc_rows_kernel(rows_args a)
 		}
 		y[row0 + r] = MT == 2 ? x4d::silu(s[0]) * s[MT - 1] : s[0]; /* x4k_swiglu's expression */
 	}
+	TCV_STAMP_GU(5);
 #endif
 }
 
@@ -864,6 +907,7 @@ tc_down_sum_kernel(x4k_moe_routes r, x4k_moe_pick pk, int d, int f, const uint8_
 	 * copies go out before it; else from the table after it */
 	int nt, ex[SUM_NM - 1], hr[SUM_NM - 1];
 	float wt[SUM_NM - 1];
+	TCV_STAMP_DN(0);
 	if (pk.bias) {
 		/* warp 0 selects (the scores past L1: this is before the wait)
 		 * and the block reads its picks from shared memory: one warp a
@@ -931,6 +975,7 @@ tc_down_sum_kernel(x4k_moe_routes r, x4k_moe_pick pk, int d, int f, const uint8_
 	if (pk.bias) {
 		x4p::trigger();
 		x4p::wait(); /* h */
+		TCV_STAMP_DN(1);
 		if (w)
 			stage_x<NG>(cv.x, xv + (size_t)kw * NG * GROUP_QB * 32, lane);
 	}
@@ -950,6 +995,7 @@ tc_down_sum_kernel(x4k_moe_routes r, x4k_moe_pick pk, int d, int f, const uint8_
 	if (blk)
 		cp_async_wait<0>();
 	__syncthreads();
+	TCV_STAMP_DN(3);
 	if (w) {
 		float out[1][2];
 		tiles_dot<CORE, 1, NG>(cv.w, cv.bp, cv.zero[threadIdx.x & 31], inv, out, blk);
@@ -984,6 +1030,7 @@ tc_down_sum_kernel(x4k_moe_routes r, x4k_moe_pick pk, int d, int f, const uint8_
 			acc = __fadd_rn(acc, dot(SUM_NM - 1));
 		y[row0 + i] = acc;
 	}
+	TCV_STAMP_DN(5);
 #endif
 }
 

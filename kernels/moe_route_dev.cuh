@@ -78,6 +78,28 @@ __device__ __forceinline__ void top_k(int lane, int n_expert, int k, const float
 				bsb = sb[j];
 				bg = gv[j];
 			}
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+		/* the warp's maximum in two reductions (redux.sync) instead of a
+		 * shuffle tree: the largest key, then the lowest index holding it.
+		 * The key orders the values as floats do (-0 made +0 first, so
+		 * that the two tie as they compare); 0 is no candidate (NaN and
+		 * taken are none), below every real value's key. */
+		{
+			const unsigned u = __float_as_uint(bsb + 0.f);
+			const unsigned key = be < 0 ? 0u : (u & 0x80000000u) ? ~u : u | 0x80000000u;
+			const unsigned top = __reduce_max_sync(0xffffffffu, key);
+			const int win = __reduce_min_sync(0xffffffffu, key == top && top ? be : 0x7fffffff);
+			be = top ? win : -1;
+			if (top) {
+				float mine = 0.f; /* the winner's score, from the lane that holds it */
+#pragma unroll
+				for (int j = 0; j < JN; j++)
+					if (j == (be >> 5))
+						mine = gv[j];
+				bg = __shfl_sync(0xffffffffu, mine, be & 31);
+			}
+		}
+#else
 #pragma unroll
 		for (int o = 16; o; o >>= 1) {
 			const int oe = __shfl_xor_sync(0xffffffffu, be, o);
@@ -89,6 +111,7 @@ __device__ __forceinline__ void top_k(int lane, int n_expert, int k, const float
 				bg = og;
 			}
 		}
+#endif
 		if (be < 0) { /* only NaN left: the lowest index not yet taken */
 			int lo = 0x7fffffff;
 #pragma unroll
