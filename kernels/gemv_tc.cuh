@@ -716,13 +716,19 @@ __device__ __forceinline__ void zero_fill(uint32_t *zero)
 
 /* ---- the dense products and the routed gate/up: MT = 2 (gate, up) with
  * the SwiGLU product, or MT = 1 (a plain product).  Block: 16 rows, the
- * whole k over its warps (k = warps * NG * 256).  MOE: grid (tiles, f/16),
+ * whole k over its warps (k = warps * NG * 256).  MOE: grid (f/16, tiles),
  * the tile's expert and route from the table (one route a tile), x of the
  * route's token, h rows in route-table order as x4k_moe_experts writes
- * them; with s0 set, one more column of blocks (the grid's last) is the
- * shared expert's gate and up of the one token, a dense block of the same
- * shape (its weights before the wait), into sy; else grid n/16, w0/w1 the
- * matrices. */
+ * them; with s0 set, one more column of blocks, the grid's first (y 0), is
+ * the shared expert's gate and up of the one token, a dense block of the
+ * same shape (its weights before the wait), into sy.  The blocks start in
+ * that order: the shared expert's 64 first, so that at two blocks an SM
+ * the second wave of the step's 320 is routed blocks that start as the
+ * shared ones (no selection, their weights loaded before the wait) finish
+ * first: 1.013x of the step at 512 tokens of context, 1.008x at 4,096,
+ * against the shared column interleaved last in each row of tiles; last
+ * in the launch 0.983x, 0.971x (bench/RESULTS.md 42).  Else grid n/16,
+ * w0/w1 the matrices. */
 struct rows_args {
 	const uint8_t *w0, *w1; /* [n][k] (MOE: [n_expert][n][k]) */
 	const float *x;         /* [k] (MOE: [n_tok][k]) */
@@ -751,17 +757,17 @@ tc_rows_kernel(rows_args a)
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
 	const carve<CORE, MT, NG> cv(sm, warp, nw, lane);
 	const size_t rb = x4d::row_bytes(X4_T_IQ4_NL, a.k);
-	const int row0 = (MOE ? blockIdx.y : blockIdx.x) * ROWS;
+	const int row0 = blockIdx.x * ROWS;
 	const size_t koff = (size_t)warp * NG * GROUP_BYTES;
 	const size_t xoff = (size_t)warp * NG * GROUP_QB * 32;
 	float *y = a.y;
 	typename CORE::template build<NG> bb;
 	/* a routed tile's block (else a dense one: the shared expert's in an MOE grid) */
-	const bool routed = MOE && !(a.s0 && blockIdx.x == gridDim.x - 1);
+	const bool routed = MOE && !(a.s0 && blockIdx.y == 0);
 	const uint8_t *base[2] = { MOE ? a.s0 : a.w0, MOE ? a.s1 : a.w1 }; /* the block's matrices */
 	TCV_STAMP_GU(0);
 	if (routed) { /* the table is an activation: wait first */
-		const int m = blockIdx.x;
+		const int m = (int)blockIdx.y - (a.s0 ? 1 : 0);
 		float bv[PICK_J];
 		if (a.pk.bias) /* a weight: before the wait */
 			x4route::load_bias<PICK_J>(lane, a.r.n_expert, a.pk.bias, bv);
@@ -789,7 +795,7 @@ tc_rows_kernel(rows_args a)
 			if (warp == 0) {
 				x4route::picks p;
 				x4route::top_k<PICK_J>(lane, a.r.n_expert, a.r.k, a.r.score, bv, p);
-				if (m == 0 && blockIdx.y == 0) {
+				if (m == 0 && row0 == 0) {
 					if (lane == 0)
 						x4route::write_picks(p, a.r.k, a.pk.scale, a.pk.norm, a.r.sel, a.r.wts);
 					__syncwarp(); /* sel, for the table */
@@ -1151,7 +1157,7 @@ static bool moe_gu(const x4k_moe_routes *r, const x4k_moe_pick *pick, const floa
 		a.pk = *pick;
 	a.s0 = static_cast<const uint8_t *>(sgate), a.s1 = static_cast<const uint8_t *>(sup), a.sy = sh;
 	a.blk = x4k_tc_copy_get();
-	x4p::launch(tc_rows_kernel<CORE, 2, NG, true>, dim3((unsigned)r->max_tiles + (sgate ? 1u : 0u), f / ROWS),
+	x4p::launch(tc_rows_kernel<CORE, 2, NG, true>, dim3(f / ROWS, (unsigned)r->max_tiles + (sgate ? 1u : 0u)),
 		    dim3(32 * nw), bytes, s, a);
 	return true;
 }

@@ -193,11 +193,11 @@ int main(int argc, char **argv)
 		for (size_t b = 0; b < gu.blocks; b++)
 			if (gu.h[b * W])
 				t0 = std::min(t0, gu.h[b * W]);
-		const unsigned gx = (unsigned)r.max_tiles + (shared ? 1u : 0u);
+		const size_t gx = (size_t)(f / tcv::ROWS); /* blocks a column of tiles */
 		const int sg[] = { 0, 1, 2, 3, 4, 5 }, ss[] = { 0, 1, 3, 4, 5 }, sd[] = { 0, 1, 3, 5 };
-		auto is_shared = [&](size_t b) { return shared && b % gx == gx - 1; };
-		/* the grid's linear index is y * gx + x: x the tile (the last the shared expert's column) */
-		summary(cn, "gate_up", "routed", gu, t0, sg, 6, [&](size_t b) { return !is_shared(b) && b % gx < (size_t)k; });
+		auto is_shared = [&](size_t b) { return shared && b / gx == 0; };
+		/* the grid's linear index is y * gx + x: y the column (the shared expert's first), x the rows */
+		summary(cn, "gate_up", "routed", gu, t0, sg, 6, [&](size_t b) { return !is_shared(b) && gu.h[b * W]; });
 		if (shared)
 			summary(cn, "gate_up", "shared", gu, t0, ss, 5, [&](size_t b) { return is_shared(b); });
 		/* late starters: entry more than 1 us after the first block's */
