@@ -12,7 +12,7 @@ echo "build rc=$? ($((SECONDS-t0)) s)"; grep -E ' error' "$OUT/x/build.log" | he
 (bin/x4-synth --preset full --seed 1 -o /tmp/x4-full >/dev/null 2>&1) &
 bash tests/run-gpu.sh >"$OUT/x/test-gpu.txt" 2>&1
 echo "run-gpu rc=$? ($((SECONDS-t0)) s)"; tail -n 8 "$OUT/x/test-gpu.txt"
-timeout 150 compute-sanitizer --tool memcheck --print-limit 5 build/tests/gpu_kern moe_experts >"$OUT/x/memcheck-moe.txt" 2>&1
+timeout 100 compute-sanitizer --tool memcheck --print-limit 5 build/tests/gpu_kern moe_experts >"$OUT/x/memcheck-moe.txt" 2>&1
 echo "memcheck moe_experts rc=$? ($((SECONDS-t0)) s): $(grep -E 'ERROR SUMMARY' "$OUT/x/memcheck-moe.txt" | tail -n 1)"
 wait
 echo "synth done ($((SECONDS-t0)) s)"
