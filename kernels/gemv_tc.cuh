@@ -1140,7 +1140,8 @@ static bool moe_gu(const x4k_moe_routes *r, const x4k_moe_pick *pick, const floa
 {
 	static std::atomic<size_t> set[64];
 	if (!shape_ok<NG>(f, d, 1, gate, x) || ((uintptr_t)up & 15) || (r->tile != 1 && r->n_tok != 1) ||
-	    r->max_tiles < 1 || (pick && (r->n_tok != 1 || r->max_tiles < r->k || r->n_expert > 32 * PICK_J)))
+	    r->max_tiles < 1 || r->max_tiles >= 65535 || /* the grid's y: the tiles and the shared column */
+	    (pick && (r->n_tok != 1 || r->max_tiles < r->k || r->n_expert > 32 * PICK_J)))
 		return false;
 	if (sgate && (!sup || !sh || r->n_tok != 1 || ((uintptr_t)sgate & 15) || ((uintptr_t)sup & 15)))
 		return false;
