@@ -67,6 +67,7 @@ inline unsigned __vsub4(unsigned a, unsigned b)
 		r |= ((a >> 8 * i) - (b >> 8 * i) & 0xffu) << 8 * i;
 	return r;
 }
+inline int __popc(unsigned v) { return __builtin_popcount(v); }
 inline int min(int a, int b) { return a < b ? a : b; }
 inline int max(int a, int b) { return a > b ? a : b; }
 
@@ -83,6 +84,12 @@ float __shfl_xor_sync(unsigned mask, float v, int m);
 int __shfl_xor_sync(unsigned mask, int v, int m);
 float __shfl_sync(unsigned mask, float v, int src);
 int __shfl_sync(unsigned mask, int v, int src);
+int __shfl_up_sync(unsigned mask, int v, unsigned delta);
+unsigned __match_any_sync(unsigned mask, int v);
+unsigned __reduce_max_sync(unsigned mask, unsigned v);
+unsigned __reduce_min_sync(unsigned mask, unsigned v);
+int __reduce_max_sync(unsigned mask, int v);
+int __reduce_min_sync(unsigned mask, int v);
 
 /* the runtime API, enough to parse the launchers */
 typedef void *cudaStream_t;

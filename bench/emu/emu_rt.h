@@ -1,11 +1,12 @@
 /* emu_rt.h - the emulator's runtime, shared by its drivers (emu.cc: the
- * attention kernels, emu_gemm.cc: the gemm core): one fiber a thread, warp
- * collectives (shfl, ldmatrix, mma.sync) as rendezvous with the PTX ISA's
- * fragment layouts, __syncthreads as a block barrier, cp.async landing at
- * issue or at the wait that covers it, the warps in order or at random, and
- * the PASS/FAIL report.  Included once by each driver (a program each),
- * after the kernel headers; the driver points emu_smem/SMEM at the buffer
- * its kernels' dynamic shared memory is. */
+ * attention kernels, emu_gemm.cc: the gemm core, emu_q6k.cc: the Q6_K gemv,
+ * emu_route.cc: the router's top k): one fiber a thread, warp collectives
+ * (shfl, match.any, redux.sync, ldmatrix, mma.sync) as rendezvous with the
+ * PTX ISA's fragment layouts, __syncthreads as a block barrier, cp.async
+ * landing at issue or at the wait that covers it, the warps in order or at
+ * random, and the PASS/FAIL report.  Included once by each driver (a
+ * program each), after the kernel headers; the driver points emu_smem/SMEM
+ * at the buffer its kernels' dynamic shared memory is. */
 #include <stdarg.h>
 #include <ucontext.h>
 
@@ -45,6 +46,7 @@ static long progress;
 static bool late_copies;
 static std::function<void()> body;
 static long n_collectives;
+static size_t emu_stack = 256 << 10; /* a fiber's stack: a driver of small kernels may take less */
 
 uint3 emu_tid() { return emu_cur->tid; }
 static void yield_() { swapcontext(&emu_cur->ctx, &sched_ctx); }
@@ -140,6 +142,67 @@ int __shfl_sync(unsigned mask, int v, int s)
 	warp_op(2, in, 2, &out, 1, shfl_idx_c);
 	return (int)out;
 }
+
+/* shfl.up: lane l takes lane l - d's value; the lanes below d keep their own */
+static void shfl_up_c(emu_warp &w)
+{
+	for (int l = 0; l < 32; l++)
+		w.out[l][0] = w.in[l >= (int)w.in[l][1] ? l - (int)w.in[l][1] : l][0];
+}
+int __shfl_up_sync(unsigned mask, int v, unsigned d)
+{
+	if (mask != 0xffffffffu)
+		die("partial mask");
+	uint32_t in[2] = { (uint32_t)v, d }, out;
+	warp_op(8, in, 2, &out, 1, shfl_up_c);
+	return (int)out;
+}
+/* match.any.sync.b32: the lanes whose value equals this lane's */
+static void match_any_c(emu_warp &w)
+{
+	for (int l = 0; l < 32; l++) {
+		uint32_t m = 0;
+		for (int i = 0; i < 32; i++)
+			m |= (uint32_t)(w.in[i][0] == w.in[l][0]) << i;
+		w.out[l][0] = m;
+	}
+}
+unsigned __match_any_sync(unsigned mask, int v)
+{
+	if (mask != 0xffffffffu)
+		die("partial mask");
+	uint32_t in = (uint32_t)v, out;
+	warp_op(9, &in, 1, &out, 1, match_any_c);
+	return out;
+}
+
+/* redux.sync.{max,min}.{u32,s32}: the warp's largest or smallest value, in
+ * every lane; a signed and an unsigned reduction are different collectives */
+template <class T, bool MAX>
+static void redux_c(emu_warp &w)
+{
+	T r = (T)w.in[0][0];
+	for (int l = 1; l < 32; l++) {
+		const T v = (T)w.in[l][0];
+		if (MAX ? v > r : v < r)
+			r = v;
+	}
+	for (int l = 0; l < 32; l++)
+		w.out[l][0] = (uint32_t)r;
+}
+template <class T, bool MAX>
+static T redux(int op, unsigned mask, T v)
+{
+	if (mask != 0xffffffffu)
+		die("partial mask");
+	uint32_t in = (uint32_t)v, out;
+	warp_op(op, &in, 1, &out, 1, redux_c<T, MAX>);
+	return (T)out;
+}
+unsigned __reduce_max_sync(unsigned mask, unsigned v) { return redux<unsigned, true>(10, mask, v); }
+unsigned __reduce_min_sync(unsigned mask, unsigned v) { return redux<unsigned, false>(11, mask, v); }
+int __reduce_max_sync(unsigned mask, int v) { return redux<int, true>(12, mask, v); }
+int __reduce_min_sync(unsigned mask, int v) { return redux<int, false>(13, mask, v); }
 
 /* shared memory: the dynamic buffer the driver names (emu_smem, SMEM bytes) */
 static unsigned char *emu_smem;
@@ -354,7 +417,7 @@ static void run_block(dim3 grid, dim3 block, uint3 bid, unsigned sched)
 		f.warp = i / 32;
 		f.lane = i % 32;
 		f.done = false;
-		f.stack.resize(256 << 10);
+		f.stack.resize(emu_stack);
 		getcontext(&f.ctx);
 		f.ctx.uc_stack.ss_sp = f.stack.data();
 		f.ctx.uc_stack.ss_size = f.stack.size();

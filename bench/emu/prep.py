@@ -7,7 +7,7 @@ here = os.path.dirname(os.path.abspath(__file__))
 src = sys.argv[1]
 out = sys.argv[2] if len(sys.argv) > 2 else os.path.join(here, 'kern')
 names = ['core_dev.cuh', 'pdl.cuh', 'mma_dev.cuh', 'mla_attn.cuh', 'mla_mma_dev.cuh', 'mla_mma.cuh',
-         'mla_prefill_mma.cuh', 'quant_dev.cuh', 'gemm_mma.cuh']
+         'mla_prefill_mma.cuh', 'quant_dev.cuh', 'gemm_mma.cuh', 'moe_route_dev.cuh']
 # the .cu files' kernels (and what they call, constants too): the gemm core's,
 # and the Q6_K gemv's (the rows form against the staged gemv_kernel)
 units = {'gemm_quant.cu': ['gemm_mma_kernel'], 'moe_experts.cu': ['tile_of', 'moe_gu_mma', 'moe_down_mma'],
