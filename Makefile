@@ -54,6 +54,12 @@ NVFLAGS  := -O3 -std=c++17 -Ilib -Werror all-warnings -lineinfo \
 ifeq ($(X4_PDL),1)
   NVFLAGS += -DX4_PDL_DEFAULT=1
 endif
+# X4_TRACE_MOE=1: a trace build, not a speed: the batch-1 MoE launches stamp
+# their blocks' phases, and X4_MOE_TRACE=FILE writes the last call's stamps
+# at exit (kernels/moe_experts.cu; bench/moe_step_trace.py reads them).
+ifeq ($(X4_TRACE_MOE),1)
+  NVFLAGS += -DX4_TCV_TRACE=1
+endif
 
 ifneq ($(NVCC),)
   X4_CFLAGS += -DX4_HAVE_CUDA -I$(CUDA_HOME)/include

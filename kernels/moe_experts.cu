@@ -34,6 +34,65 @@
 
 using namespace x4d;
 
+#ifdef X4_TCV_TRACE
+/* A trace build (make X4_TRACE_MOE=1): with X4_MOE_TRACE=FILE in the
+ * environment, the first one-token x4k_moe_experts_sum points the tensor-core
+ * launches' stamps (gemv_tc.cuh's tcv_trace_gu and tcv_trace_dn) at two
+ * buffers, which every later launch overwrites, and at exit FILE gets the
+ * last launches' stamps, a line a block: kernel, block, the 16 words
+ * (globaltimer at stamps 0-7, clock64 at 8-14, SM id at 15).  In a step
+ * captured as a graph the kernels read the pointers when they run, so the
+ * file holds the step's last MoE layer; run with --graph off all the same
+ * (the buffers are allocated at the first call, which must not be inside a
+ * capture).  bench/moe_step_trace.py summarises it. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <vector>
+namespace {
+constexpr size_t TRACE_BLOCKS = 8192;
+unsigned long long *trace_buf[2];
+void trace_dump()
+{
+	const char *path = getenv("X4_MOE_TRACE");
+	std::vector<unsigned long long> h(TRACE_BLOCKS * 16);
+	FILE *f = path ? fopen(path, "w") : nullptr;
+	if (!f) {
+		fprintf(stderr, "x4: X4_MOE_TRACE: cannot write %s\n", path ? path : "(unset)");
+		return;
+	}
+	for (int k = 0; k < 2; k++) {
+		if (cudaMemcpy(h.data(), trace_buf[k], h.size() * 8, cudaMemcpyDeviceToHost) != cudaSuccess) {
+			fprintf(stderr, "x4: X4_MOE_TRACE: the stamps could not be read back\n");
+			break;
+		}
+		for (size_t b = 0; b < TRACE_BLOCKS; b++) {
+			if (!h[b * 16] && !h[b * 16 + 15])
+				continue;
+			fprintf(f, "%s\t%zu", k ? "down" : "gate_up", b);
+			for (int i = 0; i < 16; i++)
+				fprintf(f, "\t%llu", h[b * 16 + i]);
+			fputc('\n', f);
+		}
+	}
+	fclose(f);
+}
+void trace_arm()
+{
+	static bool armed;
+	if (armed || !getenv("X4_MOE_TRACE"))
+		return;
+	armed = true;
+	for (int k = 0; k < 2; k++)
+		if (cudaMalloc(&trace_buf[k], TRACE_BLOCKS * 16 * 8) != cudaSuccess ||
+		    cudaMemset(trace_buf[k], 0, TRACE_BLOCKS * 16 * 8) != cudaSuccess)
+			return;
+	if (cudaMemcpyToSymbol(tcv::tcv_trace_gu, &trace_buf[0], sizeof trace_buf[0]) == cudaSuccess &&
+	    cudaMemcpyToSymbol(tcv::tcv_trace_dn, &trace_buf[1], sizeof trace_buf[1]) == cudaSuccess)
+		atexit(trace_dump);
+}
+} /* namespace */
+#endif
+
 #define SMALL_NV 4
 
 using x4route::MAX_K;
@@ -664,6 +723,9 @@ extern "C" int x4k_moe_experts_sum(const x4k_moe_routes *r, const x4k_moe_pick *
 	 * shapes take both launches; the shared gate and up then ride in the
 	 * first as one more column of blocks, and with pick its blocks select
 	 * their experts themselves */
+#ifdef X4_TCV_TRACE
+	trace_arm();
+#endif
 	if (r->k > 0 && tcv::lib_moe_sum(r, pick, x, d, f, gate, up, down, h, sgate, sup, sdown, sh, y, s))
 		return x4_cuda_launched("x4k_moe_experts_sum: tensor-core launches", e);
 	if (pick && (rc = x4k_moe_select_table(r, pick, s, e)))
