@@ -38,13 +38,15 @@ def main(paths):
         print(f"== {path}: {len(gu)} gate/up blocks, {len(dn)} down blocks, us after the first gate/up entry")
         for name, rs, stamps in (("gate_up", gu, (0, 1, 2, 3, 4, 5)), ("down", dn, (0, 1, 3, 5))):
             for s in stamps:
-                v = [(r[s] - t0) / 1e3 for r in rs if r[s]]
+                # a stamp before the block's own entry is an earlier call's (a block that
+                # returned before it, as the split's first half does before stamp 5)
+                v = [(r[s] - t0) / 1e3 for r in rs if r[s] and r[s] >= r[0]]
                 if v:
                     print(f"{name}\tstamp{s}\tn {len(v)}\tmin {q(v, 0):.2f}\tmedian {q(v, 0.5):.2f}"
                           f"\tp90 {q(v, 0.9):.2f}\tmax {q(v, 1):.2f}")
         late = [r for r in gu if r[0] > t0 + 1000]
         print(f"gate_up\tlate starters {len(late)} of {len(gu)}")
-        end = max(r[5] or r[4] for r in gu)
+        end = max(r[5] if r[5] >= r[0] else r[4] for r in gu)
         early = sum(1 for r in dn if r[0] and r[0] < end)
         print(f"down\tentered before the gate/up's last block ended: {early} of {len(dn)}")
         sms = {}
