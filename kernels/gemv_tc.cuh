@@ -469,9 +469,11 @@ __device__ __forceinline__ float build_b(const BUILD &bb, uint32_t *B, int lane)
  * defines X4_TCV_TRACE before it includes this header; the library never
  * does, and its kernels compile to the same instructions with the stamps
  * gone): thread 0 of a block writes %globaltimer and clock64 at stamp i of
- * its phases into its 16 words of tcv_trace_gu (the gate/up) or
- * tcv_trace_dn (the down), and its SM id into word 15. */
+ * its phases into its TRACE_WORDS words of tcv_trace_gu (the gate/up) or
+ * tcv_trace_dn (the down): globaltimer at word i (stamps 0-7), clock64 at
+ * 8 + i, and its SM id at word 15. */
 #ifdef X4_TCV_TRACE
+constexpr int TRACE_WORDS = 16;
 __device__ unsigned long long *tcv_trace_gu, *tcv_trace_dn;
 __device__ __forceinline__ void tcv_stamp(unsigned long long *buf, int i)
 {
@@ -482,7 +484,8 @@ __device__ __forceinline__ void tcv_stamp(unsigned long long *buf, int i)
 	unsigned smid;
 	asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(g));
 	asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
-	unsigned long long *b = buf + (((size_t)blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x) * 16;
+	unsigned long long *b =
+		buf + (((size_t)blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x) * TRACE_WORDS;
 	b[i] = g, b[8 + i] = (unsigned long long)clock64(), b[15] = smid;
 #endif
 }

@@ -39,42 +39,48 @@ using namespace x4d;
  * environment, the first one-token x4k_moe_experts_sum points the tensor-core
  * launches' stamps (gemv_tc.cuh's tcv_trace_gu and tcv_trace_dn) at two
  * buffers, which every later launch overwrites, and at exit FILE gets the
- * last launches' stamps, a line a block: kernel, block, the 16 words
- * (globaltimer at stamps 0-7, clock64 at 8-14, SM id at 15).  In a step
+ * last launches' stamps, a line a block: kernel, block, its
+ * tcv::TRACE_WORDS words (gemv_tc.cuh says which is which).  FILE is
+ * written whole or not at all (a temporary file renamed over it).  In a step
  * captured as a graph the kernels read the pointers when they run, so the
  * file holds the step's last MoE layer; run with --graph off all the same
  * (the buffers are allocated at the first call, which must not be inside a
  * capture).  bench/moe_step_trace.py summarises it. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string>
 #include <vector>
 namespace {
-constexpr size_t TRACE_BLOCKS = 8192;
+constexpr size_t TRACE_BLOCKS = 8192, TRACE_BYTES = TRACE_BLOCKS * tcv::TRACE_WORDS * 8;
 unsigned long long *trace_buf[2];
 void trace_dump()
 {
-	const char *path = getenv("X4_MOE_TRACE");
-	std::vector<unsigned long long> h(TRACE_BLOCKS * 16);
-	FILE *f = path ? fopen(path, "w") : nullptr;
-	if (!f) {
-		fprintf(stderr, "x4: X4_MOE_TRACE: cannot write %s\n", path ? path : "(unset)");
-		return;
-	}
-	for (int k = 0; k < 2; k++) {
-		if (cudaMemcpy(h.data(), trace_buf[k], h.size() * 8, cudaMemcpyDeviceToHost) != cudaSuccess) {
-			fprintf(stderr, "x4: X4_MOE_TRACE: the stamps could not be read back\n");
-			break;
-		}
-		for (size_t b = 0; b < TRACE_BLOCKS; b++) {
-			if (!h[b * 16] && !h[b * 16 + 15])
+	constexpr size_t W = tcv::TRACE_WORDS;
+	const std::string path = getenv("X4_MOE_TRACE"), tmp = path + ".tmp";
+	std::vector<unsigned long long> h(TRACE_BLOCKS * W);
+	FILE *f = fopen(tmp.c_str(), "w");
+	bool ok = f != nullptr;
+	for (int k = 0; ok && k < 2; k++) {
+		ok = cudaMemcpy(h.data(), trace_buf[k], TRACE_BYTES, cudaMemcpyDeviceToHost) == cudaSuccess;
+		for (size_t b = 0; ok && b < TRACE_BLOCKS; b++) {
+			if (!h[b * W] && !h[b * W + W - 1])
 				continue;
 			fprintf(f, "%s\t%zu", k ? "down" : "gate_up", b);
-			for (int i = 0; i < 16; i++)
-				fprintf(f, "\t%llu", h[b * 16 + i]);
+			for (size_t i = 0; i < W; i++)
+				fprintf(f, "\t%llu", h[b * W + i]);
 			fputc('\n', f);
 		}
 	}
-	fclose(f);
+	if (f) {
+		ok = !ferror(f) && ok;
+		ok = fclose(f) == 0 && ok;
+	}
+	ok = ok && rename(tmp.c_str(), path.c_str()) == 0;
+	if (!ok) {
+		remove(tmp.c_str());
+		fprintf(stderr, "x4: X4_MOE_TRACE: %s not written (its folder, or the stamps' read-back)\n",
+			path.c_str());
+	}
 }
 void trace_arm()
 {
@@ -82,13 +88,17 @@ void trace_arm()
 	if (armed || !getenv("X4_MOE_TRACE"))
 		return;
 	armed = true;
-	for (int k = 0; k < 2; k++)
-		if (cudaMalloc(&trace_buf[k], TRACE_BLOCKS * 16 * 8) != cudaSuccess ||
-		    cudaMemset(trace_buf[k], 0, TRACE_BLOCKS * 16 * 8) != cudaSuccess)
-			return;
-	if (cudaMemcpyToSymbol(tcv::tcv_trace_gu, &trace_buf[0], sizeof trace_buf[0]) == cudaSuccess &&
-	    cudaMemcpyToSymbol(tcv::tcv_trace_dn, &trace_buf[1], sizeof trace_buf[1]) == cudaSuccess)
+	bool ok = true;
+	for (int k = 0; ok && k < 2; k++)
+		ok = cudaMalloc(&trace_buf[k], TRACE_BYTES) == cudaSuccess &&
+		     cudaMemset(trace_buf[k], 0, TRACE_BYTES) == cudaSuccess;
+	ok = ok && cudaMemcpyToSymbol(tcv::tcv_trace_gu, &trace_buf[0], sizeof trace_buf[0]) == cudaSuccess &&
+	     cudaMemcpyToSymbol(tcv::tcv_trace_dn, &trace_buf[1], sizeof trace_buf[1]) == cudaSuccess;
+	if (ok)
 		atexit(trace_dump);
+	else
+		fprintf(stderr, "x4: X4_MOE_TRACE: no trace: the stamps' buffers could not be set up (%s)\n",
+			cudaGetErrorString(cudaGetLastError()));
 }
 } /* namespace */
 #endif

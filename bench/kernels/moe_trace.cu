@@ -39,7 +39,7 @@
 
 namespace {
 
-constexpr int W = 16; /* trace words a block */
+constexpr int W = tcv::TRACE_WORDS; /* trace words a block */
 
 struct trace {
 	unsigned long long *d = nullptr;
