@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Device call 48 (2026-12-04, session 18): the review's mend of the MoE
+# Device call 48 (2026-12-04, session 18; NOT RUN: the device time was spent): the review's mend of the MoE
 # trace build (the file written through a temporary and renamed, a failure
 # said in one line), on main: one traced x4-run, its summary, and a trace
 # file in a folder that does not exist (one line, no file).
