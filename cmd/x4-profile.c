@@ -340,6 +340,12 @@ static void print_tables(const struct opts *o, const x4_prof_result *res, double
 	put_row(o->json, &r);
 	r = step_row("enqueued", (double)s->enqueued_total / steps, NAN, wall);
 	put_row(o->json, &r);
+	/* a graphed step's dependencies between kernels, by kind (NA: no graph) */
+	const double gs = s->graphed_steps;
+	r = step_row("pdl_edges", gs ? (double)s->pdl_edges_total / gs : NAN, NAN, wall);
+	put_row(o->json, &r);
+	r = step_row("full_edges", gs ? (double)s->full_edges_total / gs : NAN, NAN, wall);
+	put_row(o->json, &r);
 	r = step_row("unattributed", (double)s->unattributed / steps, NAN, wall);
 	put_row(o->json, &r);
 	r = step_row("outside_step", (double)s->outside / steps, NAN, wall);
@@ -405,6 +411,12 @@ static void print_summary(const x4_prof_summary *s, const double *unprof, double
 		 (long long)s->enqueued_total, s->mismatched_steps, (long long)s->unattributed,
 		 (long long)s->outside, s->kernel_us, s->busy_us, s->gaps, s->gap_us, s->gap_max_us,
 		 s->wall_us, s->wall_median_us, s->wall_min_us, s->wall_max_us);
+	if (s->graphed_steps)
+		x4t_outf("\"graphed_steps\":%d,\"pdl_edges_step\":%.2f,\"full_edges_step\":%.2f,",
+			 s->graphed_steps, (double)s->pdl_edges_total / s->graphed_steps,
+			 (double)s->full_edges_total / s->graphed_steps);
+	else
+		x4t_outf("\"graphed_steps\":0,\"pdl_edges_step\":null,\"full_edges_step\":null,");
 	if (s->submit_us >= 0)
 		x4t_outf("\"submit_us\":%.3f,", s->submit_us);
 	else

@@ -90,6 +90,8 @@ typedef struct x4_prof_nodepair {
 typedef struct x4_prof_tmpl {
 	size_t first, n;     /* into tmpl_kernels */
 	int64_t nodes;       /* kernel nodes the trunk counted in the graph; -1 unknown */
+	int64_t pdl_edges;   /* its dependencies between kernel nodes: programmatic ones */
+	int64_t full_edges;  /* and full ones (-1 each: unknown) */
 } x4_prof_tmpl;
 
 typedef struct x4_prof_step {
@@ -98,6 +100,7 @@ typedef struct x4_prof_step {
 	int pos, pos_end;    /* the trunk's position at its start and end */
 	bool counted;
 	int64_t enqueued;    /* kernels the trunk enqueued in it */
+	int64_t pdl_edges, full_edges; /* its graph's (x4_prof_tmpl); -1 eager */
 	int64_t kernels;     /* kernel records that fell in it (the finish) */
 } x4_prof_step;
 

@@ -1036,6 +1036,11 @@ typedef struct x4_prof_summary {
 	int64_t enqueued_total;  /* what the trunk enqueued in them: the graph's
 				  * kernel nodes a replay, else the launches */
 	int mismatched_steps;    /* steps whose two counts differ */
+	int graphed_steps;       /* of them, replays of a captured graph, whose
+				  * dependencies between kernel nodes are counted: */
+	int64_t pdl_edges_total; /* programmatic ones (a kernel may start before
+				  * the one it depends on ends: pdl.cuh) */
+	int64_t full_edges_total; /* full ones (it starts once that one has ended) */
 	int64_t unattributed;    /* kernels no marked operation launched */
 	int64_t outside;         /* kernels starting before or ending after their
 				  * step on the host's clock */

@@ -43,7 +43,7 @@ profile() {
 	check "profile.$name.exit" "$rc" "exit $rc: $(head -c 600 "$tmp/$name.err")"
 	# The checks, on the JSON lines and the trace.
 	local msg
-	msg=$(python3 - "$tmp/$name.jsonl" "$tmp/$name.$ext" "$name" <<'EOF' 2>&1
+	msg=$(python3 - "$tmp/$name.jsonl" "$tmp/$name.$ext" "$name" "$PDL_CC" "$DEV" <<'EOF' 2>&1
 import gzip, json, sys
 lines = [json.loads(l) for l in open(sys.argv[1])]
 run, summary = lines[0], lines[-1]
@@ -57,6 +57,23 @@ assert s["unattributed"] == 0, ("kernels no operation launched", s["unattributed
 assert s["outside_step"] == 0, ("kernels outside their step", s["outside_step"])
 assert s["busy_us_step"] <= s["wall_us"], s
 assert s["unprofiled_us"] > 0, s
+# The step graph's dependencies between kernels, by kind: every kernel of a
+# graphed decode step but the first depends on another; with programmatic
+# dependent launch (sm_90 and later, PDL_CC set by the script) most of them
+# programmatically, without it (--pdl off, or an older card) none.
+name, pdl_cc, cpu = sys.argv[3], sys.argv[4] == "1", sys.argv[5] == "cpu"
+if cpu:  # no graphs on the CPU
+    assert s["graphed_steps"] == 0 and s["pdl_edges_step"] is None, s
+elif name in ("graphed", "pdl_off"):
+    assert s["graphed_steps"] == n, ("graphed steps", s["graphed_steps"], n)
+    pe, fe = s["pdl_edges_step"], s["full_edges_step"]
+    assert pe + fe >= s["kernels_step"] - 1, ("edges", pe, fe, s["kernels_step"])
+    if name == "graphed" and pdl_cc:
+        assert pe > fe > 0, ("programmatic edges", pe, "full", fe)
+    else:
+        assert pe == 0 and fe > 0, ("programmatic edges without PDL", pe, fe)
+elif name in ("eager", "prefill"):
+    assert s["graphed_steps"] == 0 and s["pdl_edges_step"] is None, s
 kern = [l for l in lines if l["section"] == "kernel"]
 cls = [l for l in lines if l["section"] == "class"]
 for rows in (kern, cls):
@@ -91,7 +108,12 @@ EOF
 	check "profile.$name.checks" "$([ "$msg" = ok ]; echo $?)" "$msg"
 }
 
+# programmatic dependent launch takes sm_90 or later (kernels/pdl.cuh)
+PDL_CC=0
+cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader -i "${DEV#cuda:}" 2>/dev/null | head -n 1)
+[ "${cc%%.*}" -ge 9 ] 2>/dev/null && PDL_CC=1
 profile graphed --context 64 --steps $STEPS
+profile pdl_off --context 64 --steps $STEPS --pdl off
 profile eager --context 64 --steps $STEPS --graph off
 profile hc_eager --context 64 --steps $STEPS --hc eager
 profile prefill --prefill 100 --steps 2

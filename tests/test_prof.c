@@ -41,6 +41,7 @@ static void add_step(x4_prof *p, uint64_t t0, uint64_t t1, int pos, bool counted
 	s->pos_end = pos + 1;
 	s->counted = counted;
 	s->enqueued = eager_launches;
+	s->pdl_edges = s->full_edges = -1; /* until a graph's replay says (x4_prof_step_begin) */
 	s->submit_end = t0 + 5;
 }
 
@@ -138,7 +139,7 @@ static void test_branch(void)
 	for (int i = 3; i >= 0; i--)
 		add_clone(p, 201 + (uint64_t)i, 101 + (uint64_t)i);
 	add_clone(p, 301, 201);
-	*X4_PROF_PUSH(p, tmpls) = (x4_prof_tmpl){ 0, 4, 4 };
+	*X4_PROF_PUSH(p, tmpls) = (x4_prof_tmpl){ 0, 4, 4, -1, -1 };
 	/* Kernel i (capture order) starts at start[s][i] in step s. */
 	static const uint64_t start[3][4] = { { 100, 400, 200, 600 },
 					      { 100, 200, 300, 400 },
@@ -235,7 +236,7 @@ int main(void)
 		add_clone(p, 2001 + (uint64_t)i, 1001 + (uint64_t)i);
 	}
 	x4_prof_tmpl *tp = X4_PROF_PUSH(p, tmpls);
-	*tp = (x4_prof_tmpl){ 0, 5, 5 };
+	*tp = (x4_prof_tmpl){ 0, 5, 5, 3, 1 }; /* its kernels' dependencies: 3 programmatic, 1 full */
 	add_step(p, 2000, 3000, 10, true, 0);
 	add_step(p, 4000, 5000, 11, true, 0);
 	add_launch(p, 20, -1, 1, 0, true);
@@ -281,6 +282,9 @@ int main(void)
 	     "%d mismatched steps and %lld unattributed, want 1 and 1", s->mismatched_steps,
 	     (long long)s->unattributed);
 	T_OK(s->outside == 0, "prof.outside", "%lld outside", (long long)s->outside);
+	T_OK(s->graphed_steps == 2 && s->pdl_edges_total == 6 && s->full_edges_total == 2, "prof.graph_edges",
+	     "%d graphed steps, %lld programmatic and %lld full edges, want 2, 6 and 2 (the eager step "
+	     "none)", s->graphed_steps, (long long)s->pdl_edges_total, (long long)s->full_edges_total);
 
 	const x4_prof_row *gu = find(r.kernels, r.n_kernels, "gu_kernel", X4_PC_EXPERTS);
 	const x4_prof_row *dn = find(r.kernels, r.n_kernels, "down_kernel", X4_PC_EXPERTS);

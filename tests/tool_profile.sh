@@ -52,9 +52,11 @@ need = {"hc_gate", "sublayer_norm", "attention", "moe_router", "routed_experts",
 assert need <= classes, ("classes", sorted(classes))
 assert "other" not in classes, "an unclaimed operation"
 st = {r["name"]: r for r in sec["step"]}
-for n in ("kernels", "enqueued", "unattributed", "outside_step", "device_busy", "gaps",
-          "step_wall", "host_submit", "unprofiled_step", "overhead"):
+for n in ("kernels", "enqueued", "pdl_edges", "full_edges", "unattributed", "outside_step",
+          "device_busy", "gaps", "step_wall", "host_submit", "unprofiled_step", "overhead"):
     assert n in st, ("no step row", n)
+# no graphs on the CPU: the graph's edges are not known
+assert st["pdl_edges"]["launches_step"] == "NA" == st["full_edges"]["launches_step"], st["pdl_edges"]
 k, q = num(st["kernels"]["launches_step"]), num(st["enqueued"]["launches_step"])
 assert k == q and k > 50, ("kernels", k, "enqueued", q)
 assert num(st["unattributed"]["launches_step"]) == 0, st["unattributed"]
@@ -129,6 +131,7 @@ assert all(o["profiled"] is True for o in objs), "a line without profiled"
 s = objs[-1]
 assert s["kernels_total"] == s["enqueued_total"] and s["mismatched_steps"] == 0, s
 assert s["steps"] == 2 and s["tokens_step"] == 1, s
+assert s["graphed_steps"] == 0 and s["pdl_edges_step"] is None and s["full_edges_step"] is None, s
 print("ok")' "$tmp/j" 2>&1)
 check profile.cpu.json "$([ "$rc" = 0 ] && [ "$msg" = ok ]; echo $?)" "exit $rc: $msg"
 check profile.cpu.json_stderr_empty $(( $(wc -c <"$tmp/err") != 0 )) "stderr: $(head -c 300 "$tmp/err")"

@@ -89,6 +89,7 @@ void x4_prof_step_begin(x4_prof *p, bool counted)
 		return;
 	s->pos = x4_trunk_pos(p->t);
 	s->counted = counted;
+	s->pdl_edges = s->full_edges = -1;
 	p->cur_step = (int)(p->n_steps - 1);
 	s->t0 = p->now();
 }
@@ -292,7 +293,12 @@ static int resolve(x4_prof *p, x4_err *e)
 		const x4_prof_launch *l = &p->launches[i];
 		if (l->tmpl >= 0 && l->step >= 0 && l->outer) {
 			const x4_prof_tmpl *tp = &p->tmpls[l->tmpl];
-			p->steps[l->step].enqueued += tp->nodes >= 0 ? tp->nodes : (int64_t)tp->n;
+			x4_prof_step *ps = &p->steps[l->step];
+			ps->enqueued += tp->nodes >= 0 ? tp->nodes : (int64_t)tp->n;
+			if (tp->pdl_edges >= 0) {
+				ps->pdl_edges = X4_MAX(ps->pdl_edges, 0) + tp->pdl_edges;
+				ps->full_edges = X4_MAX(ps->full_edges, 0) + tp->full_edges;
+			}
 		}
 	}
 	return 0;
@@ -472,6 +478,11 @@ static int tabulate(x4_prof *p, const size_t *ix, size_t n, x4_err *e)
 		}
 		s->kernels_total += ps->kernels;
 		s->enqueued_total += ps->enqueued;
+		if (ps->pdl_edges >= 0) {
+			s->graphed_steps++;
+			s->pdl_edges_total += ps->pdl_edges;
+			s->full_edges_total += ps->full_edges;
+		}
 		s->mismatched_steps += ps->kernels != ps->enqueued;
 		wall[w] = us(ps->t1 - ps->t0);
 		sub[w++] = p->gpu ? us((ps->submit_end > ps->t0 ? ps->submit_end : ps->t0) - ps->t0) : -1;

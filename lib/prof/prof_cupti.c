@@ -323,7 +323,7 @@ static void api_exit(x4_prof *p, int cls, const CUpti_CallbackData *d, uint64_t 
 		if (tp) {
 			tp->first = p->capture_first;
 			tp->n = p->n_tmpl_kernels - p->capture_first;
-			tp->nodes = -1;
+			tp->nodes = tp->pdl_edges = tp->full_edges = -1;
 			p->last_tmpl = (int)(p->n_tmpls - 1);
 		}
 	}

@@ -88,6 +88,35 @@ void x4_prof_end_(x4_prof *p)
 }
 
 #ifdef X4_HAVE_CUDA
+/* The graph's dependencies between two kernel nodes, programmatic and full;
+ * -1 each where the runtime does not say. */
+static void edge_count(cudaGraph_t g, int64_t *pdl, int64_t *full)
+{
+	*pdl = *full = -1;
+	size_t ne = 0;
+	if (cudaGraphGetEdges(g, NULL, NULL, NULL, &ne) != cudaSuccess) {
+		(void)cudaGetLastError();
+		return;
+	}
+	cudaGraphNode_t *from = malloc((ne ? ne : 1) * sizeof *from), *to = malloc((ne ? ne : 1) * sizeof *to);
+	cudaGraphEdgeData *ed = malloc((ne ? ne : 1) * sizeof *ed);
+	if (from && to && ed && cudaGraphGetEdges(g, from, to, ed, &ne) == cudaSuccess) {
+		*pdl = *full = 0;
+		for (size_t i = 0; i < ne; i++) {
+			enum cudaGraphNodeType ta, tb;
+			if (cudaGraphNodeGetType(from[i], &ta) != cudaSuccess ||
+			    cudaGraphNodeGetType(to[i], &tb) != cudaSuccess) {
+				*pdl = *full = -1;
+				break;
+			}
+			if (ta == cudaGraphNodeTypeKernel && tb == cudaGraphNodeTypeKernel)
+				++*(ed[i].type == cudaGraphDependencyTypeProgrammatic ? pdl : full);
+		}
+	}
+	(void)cudaGetLastError();
+	free(from), free(to), free(ed);
+}
+
 void x4_prof_graph_(x4_prof *p, cudaGraph_t g)
 {
 	size_t n = 0;
@@ -112,6 +141,8 @@ void x4_prof_graph_(x4_prof *p, cudaGraph_t g)
 	}
 	(void)cudaGetLastError();
 	free(nodes);
-	p->tmpls[p->last_tmpl].nodes = k;
+	x4_prof_tmpl *tp = &p->tmpls[p->last_tmpl];
+	tp->nodes = k;
+	edge_count(g, &tp->pdl_edges, &tp->full_edges);
 }
 #endif
