@@ -88,19 +88,28 @@ void x4_prof_end_(x4_prof *p)
 }
 
 #ifdef X4_HAVE_CUDA
+/* A graph's edges with their kinds: the runtime's call since CUDA 13, its
+ * _v2 form in 12.3-12.9; older runtimes do not say (edge_count: -1). */
+#if CUDART_VERSION >= 13000
+#define X4_GRAPH_EDGES(g, from, to, ed, n) cudaGraphGetEdges(g, from, to, ed, n)
+#elif CUDART_VERSION >= 12030
+#define X4_GRAPH_EDGES(g, from, to, ed, n) cudaGraphGetEdges_v2(g, from, to, ed, n)
+#endif
+
 /* The graph's dependencies between two kernel nodes, programmatic and full;
  * -1 each where the runtime does not say. */
 static void edge_count(cudaGraph_t g, int64_t *pdl, int64_t *full)
 {
 	*pdl = *full = -1;
+#ifdef X4_GRAPH_EDGES
 	size_t ne = 0;
-	if (cudaGraphGetEdges(g, NULL, NULL, NULL, &ne) != cudaSuccess) {
+	if (X4_GRAPH_EDGES(g, NULL, NULL, NULL, &ne) != cudaSuccess) {
 		(void)cudaGetLastError();
 		return;
 	}
 	cudaGraphNode_t *from = malloc((ne ? ne : 1) * sizeof *from), *to = malloc((ne ? ne : 1) * sizeof *to);
 	cudaGraphEdgeData *ed = malloc((ne ? ne : 1) * sizeof *ed);
-	if (from && to && ed && cudaGraphGetEdges(g, from, to, ed, &ne) == cudaSuccess) {
+	if (from && to && ed && X4_GRAPH_EDGES(g, from, to, ed, &ne) == cudaSuccess) {
 		*pdl = *full = 0;
 		for (size_t i = 0; i < ne; i++) {
 			enum cudaGraphNodeType ta, tb;
@@ -115,6 +124,9 @@ static void edge_count(cudaGraph_t g, int64_t *pdl, int64_t *full)
 	}
 	(void)cudaGetLastError();
 	free(from), free(to), free(ed);
+#else
+	(void)g;
+#endif
 }
 
 void x4_prof_graph_(x4_prof *p, cudaGraph_t g)
