@@ -14,7 +14,6 @@ question).  Stamps: gate/up 0 entry, 1 after the wait, 2 after the top k,
 3 weights landed and B built, 4 products, 5 written; down 0 entry, 1 after
 the wait, 3 landed, 5 written.  A trace, not a speed.
 """
-import statistics
 import sys
 
 
