@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Device call 68 (session 21, not run: no device was lent after call 67):
+# the L2 prefetch of a sublayer's next weights in the chain's idle windows,
+# second form.  Call 67's side-stream prefetch from 4 blocks of 256 issued
+# at 0.24-0.57 TB/s and the prefetch stream set the step; here
+#   lab:  build/bench/l2pf (bf16_l2pf rows: W_o and q_a/kv_a cold, warm, and
+#         after prefetches of several spreads and a 10 us gap);
+#   arms (temporary --copy) against main's step, at 512:
+#     pfo, pfq, pfs: the side stream's prefetch, now 132 blocks of 32 threads,
+#       16 KB a prefetch (W_vb and W_o after the absorb; q_a, kv_a, q_b, W_kb
+#       before the attention gate; the router and shared expert before the
+#       FFN gate);
+#     ipfo, ipfq, ipfoq: the same ranges prefetched by the attention's own
+#       blocks (ipfo) and the attention gate's own blocks (ipfq) after their
+#       wait, one warp a block (no stream, no block places to find).
+set -u
+t0=$SECONDS
+mkdir -p "$OUT/x"
+make -j16 CUDA_ARCH=90 all build/bench/l2pf >"$OUT/x/build.log" 2>&1
+echo "build rc=$? ($((SECONDS-t0)) s)"; grep -E ' error' "$OUT/x/build.log" | head -5
+(bin/x4-synth --preset full --seed 1 -o /tmp/x4-full >/dev/null 2>&1) &
+timeout 90 build/bench/l2pf new >"$OUT/x/lab-l2pf.tsv" 2>"$OUT/x/lab-l2pf.err"
+echo "lab rc=$? ($((SECONDS-t0)) s)"; cut -f1-7 "$OUT/x/lab-l2pf.tsv" | grep bf16 | column -t
+for a in pfall ipfoq; do echo "golden --copy $a:"; bash bench/results/2026-12-03/golden.sh --copy $a; done
+wait
+echo "synth done ($((SECONDS-t0)) s)"
+OUT="$OUT/x/l" LEVER_CTX="512" LEVER_PAIRS=3 LEVER_WARMUP=1 \
+	LEVERS=$'|--copy ipfoq\n|--copy ipfo\n|--copy ipfq\n|--copy pfo\n|--copy pfq\n|--copy pfs' \
+	timeout 330 bash bench/gpu-session.sh levers >"$OUT/x/levers.txt" 2>&1
+echo "levers 512 rc=$? ($((SECONDS-t0)) s)"; grep "ctx" "$OUT/x/levers.txt"
+rm -f "$OUT/x/build.log"
+tar -C "$OUT" -czf "$OUT/x.tgz" x && rm -rf "$OUT/x"
+echo "end ($((SECONDS-t0)) s)"
