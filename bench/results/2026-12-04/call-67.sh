@@ -5,6 +5,7 @@
 # (temporary --copy): pfo = W_vb and W_o, forked after the absorb (the
 # attention and combine read little); pfq = q_a, kv_a, q_b, W_kb of the
 # layer, forked before its attention gate (after the last down); pfall both.
+# The arms were temporary: the code is f8277b4 on the branch lever-l2pf-idle.
 set -u
 t0=$SECONDS
 mkdir -p "$OUT/x"

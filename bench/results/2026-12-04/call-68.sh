@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Device call 68 (session 21, not run: no device was lent after call 67):
+# Device call 68 (session 21, not run: no device was lent after call 67;
+# run it on the branch lever-l2pf-idle, whose temporary --copy arms it uses):
 # the L2 prefetch of a sublayer's next weights in the chain's idle windows,
 # second form.  Call 67's side-stream prefetch from 4 blocks of 256 issued
 # at 0.24-0.57 TB/s and the prefetch stream set the step; here
