@@ -24,18 +24,21 @@
  *             at two blocks an SM), its down without the shared down.
  *
  * For each: the pair's time and the gate/up's alone (lab_time_us, L2
- * flushed), then 9 traced runs after a flush, the median run's stamps
- * summarised: for each stamp the min, median and max over the blocks (us
- * after the first block's entry), the phases' median durations, and the
- * blocks that started late (more than 1 us after the first: a second
- * wave).  A profiling instrument, not a speed: the stamps cost a few
- * instructions a block.
+ * flushed), then 9 traced runs after a flush, and the median run's (by
+ * the pair's span) stamps written to DIR/moe_trace-CONFIG.tsv (DIR: the
+ * environment's MOE_TRACE_DIR, else build/bench) in the trace build's
+ * format, which bench/moe_step_trace.py summarises (its --column is the
+ * shared expert's column of blocks, printed with the path).  A profiling
+ * instrument, not a speed: the stamps cost a few instructions a block.
  *
  *   make bench-kernels CUDA_ARCH=90 && build/bench/moe_trace [new|all]
+ *   python3 bench/moe_step_trace.py --column 64 build/bench/moe_trace-step.tsv
  */
 #define X4_TCV_TRACE 1
 #include "lab.h"
 #include "gemv_tc.cuh"
+
+#include <string>
 
 namespace {
 
@@ -54,47 +57,33 @@ void trace_alloc(trace &t, size_t blocks)
 	t.h.resize(blocks * W);
 }
 
-/* q-quantile of v (sorted in place) */
-double quant(std::vector<double> &v, double q)
+/* The stamps of both launches to path, a line a stamped block: kernel,
+ * block, its W words (the trace build's format: kernels/moe_experts.cu);
+ * written whole or not at all. */
+void dump(const char *path, const trace &gu, const trace &dn)
 {
-	if (v.empty())
-		return NAN;
-	std::sort(v.begin(), v.end());
-	return v[(size_t)std::min((double)v.size() - 1, std::floor(q * (v.size() - 1) + 0.5))];
-}
-
-/* The stamps of one launch's blocks (those with filter(b) true), us after
- * t0; one line a stamp, then the phases. */
-template <typename F>
-void summary(const char *cfg, const char *kern, const char *who, const trace &t, unsigned long long t0,
-	     const int *stamps, int ns, F filter)
-{
-	for (int i = 0; i < ns; i++) {
-		std::vector<double> v;
-		for (size_t b = 0; b < t.blocks; b++)
-			if (filter(b) && t.h[b * W + stamps[i]])
-				v.push_back(1e-3 * (double)(t.h[b * W + stamps[i]] - t0));
-		const size_t n = v.size();
-		if (!n)
-			continue;
-		const double lo = quant(v, 0), md = quant(v, 0.5), p90 = quant(v, 0.9), hi = quant(v, 1);
-		printf("%s\t%s\t%s\tstamp%d\t%zu\t%.2f\t%.2f\t%.2f\t%.2f\n", cfg, kern, who, stamps[i], n, lo, md, p90,
-		       hi);
-	}
-	for (int i = 1; i < ns; i++) { /* phase i-1 -> i, a block's own (globaltimer; clock64 in cycles) */
-		std::vector<double> v, c;
+	const std::string tmp = std::string(path) + ".tmp";
+	FILE *f = fopen(tmp.c_str(), "w");
+	bool ok = f != nullptr;
+	for (int k = 0; ok && k < 2; k++) {
+		const trace &t = k ? dn : gu;
 		for (size_t b = 0; b < t.blocks; b++) {
-			const unsigned long long *r = &t.h[b * W];
-			if (filter(b) && r[stamps[i]] && r[stamps[i - 1]]) {
-				v.push_back(1e-3 * (double)(r[stamps[i]] - r[stamps[i - 1]]));
-				c.push_back((double)(r[8 + stamps[i]] - r[8 + stamps[i - 1]]));
-			}
+			if (!t.h[b * W])
+				continue;
+			fprintf(f, "%s\t%zu", k ? "down" : "gate_up", b);
+			for (int i = 0; i < W; i++)
+				fprintf(f, "\t%llu", t.h[b * W + i]);
+			fputc('\n', f);
 		}
-		if (v.empty())
-			continue;
-		const double md = quant(v, 0.5), p90 = quant(v, 0.9), cm = quant(c, 0.5);
-		printf("%s\t%s\t%s\tphase%d-%d\t%zu\t-\t%.2f\t%.2f\t%.0f cycles\n", cfg, kern, who, stamps[i - 1], stamps[i],
-		       v.size(), md, p90, cm);
+	}
+	if (f) {
+		ok = !ferror(f) && ok;
+		ok = fclose(f) == 0 && ok;
+	}
+	if (!ok || rename(tmp.c_str(), path) != 0) {
+		remove(tmp.c_str());
+		fprintf(stderr, "moe_trace: %s not written\n", path);
+		exit(1);
 	}
 }
 
@@ -189,46 +178,13 @@ int main(int argc, char **argv)
 		gu.h = keep_gu[med], dn.h = keep_dn[med];
 		printf("%s\tpair\t-\ttraced_span\t%d\t%.2f\t%.2f\t-\t%.2f\n", cn, RUNS, spans[0].first,
 		       spans[RUNS / 2].first, spans[RUNS - 1].first);
-		unsigned long long t0 = ~0ull;
-		for (size_t b = 0; b < gu.blocks; b++)
-			if (gu.h[b * W])
-				t0 = std::min(t0, gu.h[b * W]);
-		const size_t gx = (size_t)(f / tcv::ROWS); /* blocks a column of tiles */
-		const int sg[] = { 0, 1, 2, 3, 4, 5 }, ss[] = { 0, 1, 3, 4, 5 }, sd[] = { 0, 1, 3, 5 };
-		auto is_shared = [&](size_t b) { return shared && b / gx == 0; };
-		/* the grid's linear index is y * gx + x: y the column (the shared expert's first), x the rows */
-		summary(cn, "gate_up", "routed", gu, t0, sg, 6, [&](size_t b) { return !is_shared(b) && gu.h[b * W]; });
-		if (shared)
-			summary(cn, "gate_up", "shared", gu, t0, ss, 5, [&](size_t b) { return is_shared(b); });
-		/* late starters: entry more than 1 us after the first block's */
-		{
-			size_t late = 0, all = 0;
-			for (size_t b = 0; b < gu.blocks; b++)
-				if (gu.h[b * W]) {
-					all++;
-					late += gu.h[b * W] > t0 + 1000;
-				}
-			printf("%s\tgate_up\tall\tlate_starters\t%zu of %zu\t-\t-\t-\t-\n", cn, late, all);
-			summary(cn, "gate_up", "late", gu, t0, sg, 6,
-				[&](size_t b) { return gu.h[b * W] > t0 + 1000 && !is_shared(b); });
-			summary(cn, "gate_up", "early", gu, t0, sg, 6,
-				[&](size_t b) { return gu.h[b * W] && gu.h[b * W] <= t0 + 1000 && !is_shared(b); });
-		}
-		summary(cn, "down_sum", "all", dn, t0, sd, 4, [](size_t) { return true; });
-		/* the SMs: blocks a SM of the gate/up */
-		std::vector<int> per(1024, 0);
-		int maxsm = 0;
-		for (size_t b = 0; b < gu.blocks; b++)
-			if (gu.h[b * W]) {
-				const int smid = (int)gu.h[b * W + 15];
-				if (smid >= 0 && smid < 1024)
-					per[smid]++, maxsm = std::max(maxsm, smid + 1);
-			}
-		int hist[8] = { 0 };
-		for (int i = 0; i < maxsm; i++)
-			hist[std::min(per[i], 7)]++;
-		printf("%s\tgate_up\tall\tSMs_with_0..7_blocks\t%d %d %d %d %d %d %d %d\t-\t-\t-\t-\n", cn, hist[0], hist[1],
-		       hist[2], hist[3], hist[4], hist[5], hist[6], hist[7]);
+		char path[4096];
+		const char *dir = getenv("MOE_TRACE_DIR");
+		snprintf(path, sizeof path, "%s/moe_trace-%s.tsv", dir && *dir ? dir : "build/bench", cn);
+		dump(path, gu, dn);
+		/* the grid's linear index is y * gx + x: y the column, the shared expert's first */
+		fprintf(stderr, "moe_trace: %s: python3 bench/moe_step_trace.py%s %s\n", cn,
+			shared ? (" --column " + std::to_string(f / tcv::ROWS)).c_str() : "", path);
 		LAB_CK(cudaMemcpyToSymbol(tcv::tcv_trace_gu, &none, sizeof none));
 		LAB_CK(cudaMemcpyToSymbol(tcv::tcv_trace_dn, &none, sizeof none));
 	}
