@@ -14,14 +14,18 @@
 #     ipfo, ipfq, ipfoq: the same ranges prefetched by the attention's own
 #       blocks (ipfo) and the attention gate's own blocks (ipfq) after their
 #       wait, one warp a block (no stream, no block places to find).
+# And the MoE lab's stamps through bench/moe_step_trace.py (the summary
+# moved there from the lab this session: its first run on a GPU).
 set -u
 t0=$SECONDS
 mkdir -p "$OUT/x"
-make -j16 CUDA_ARCH=90 all build/bench/l2pf >"$OUT/x/build.log" 2>&1
+make -j16 CUDA_ARCH=90 all build/bench/l2pf build/bench/moe_trace >"$OUT/x/build.log" 2>&1
 echo "build rc=$? ($((SECONDS-t0)) s)"; grep -E ' error' "$OUT/x/build.log" | head -5
 (bin/x4-synth --preset full --seed 1 -o /tmp/x4-full >/dev/null 2>&1) &
 timeout 90 build/bench/l2pf new >"$OUT/x/lab-l2pf.tsv" 2>"$OUT/x/lab-l2pf.err"
 echo "lab rc=$? ($((SECONDS-t0)) s)"; cut -f1-7 "$OUT/x/lab-l2pf.tsv" | grep bf16 | column -t
+MOE_TRACE_DIR="$OUT/x" timeout 60 build/bench/moe_trace new >"$OUT/x/moe_trace.tsv" 2>"$OUT/x/moe_trace.err"
+echo "moe_trace rc=$?"; python3 bench/moe_step_trace.py --column 64 "$OUT/x/moe_trace-step.tsv" | tee "$OUT/x/moe_trace-step.txt" | grep -E 'stamp(0|5)|late|entered'
 for a in pfall ipfoq; do echo "golden --copy $a:"; bash bench/results/2026-12-03/golden.sh --copy $a; done
 wait
 echo "synth done ($((SECONDS-t0)) s)"
