@@ -253,20 +253,21 @@ static char *run_json(const struct opts *o, const x4_model *m, const x4_paths *p
 struct row {
 	const char *section, *name, *cls;
 	double launches, us, share_pct, min_us, max_us, bytes, gbps, ceiling_pct, exposed_us;
+	double floor_us, over_us; /* the bytes' time at the ceiling; what the row costs past it */
 };
 
 static const char *const fields[] = {
 	"section", "name", "class", "launches_step", "us_step", "share_pct", "min_us", "max_us",
-	"bytes_step", "gbps", "ceiling_pct", "exposed_us",
+	"bytes_step", "gbps", "ceiling_pct", "exposed_us", "floor_us", "over_floor_us",
 };
 static const char *const fmts[] = { "%.2f", "%.3f", "%.2f", "%.3f", "%.3f", "%.0f", "%.1f", "%.1f",
-				    "%.3f" };
+				    "%.3f", "%.3f", "%.3f" };
 #define NVAL (sizeof fmts / sizeof fmts[0])
 
 static void put_row(bool json, const struct row *r)
 {
 	double v[NVAL] = { r->launches, r->us, r->share_pct, r->min_us, r->max_us, r->bytes,
-			   r->gbps, r->ceiling_pct, r->exposed_us };
+			   r->gbps, r->ceiling_pct, r->exposed_us, r->floor_us, r->over_us };
 	if (json) {
 		x4t_outf("{\"section\":\"%s\",\"name\":", r->section);
 		x4t_json_str(stdout, r->name, strlen(r->name));
@@ -292,26 +293,30 @@ static void put_row(bool json, const struct row *r)
 	x4t_outf("\n");
 }
 
-/* GB/s of bytes over us microseconds, and its share of the ceiling. */
-static void rate(struct row *r, double bytes, double us, double ceiling)
+/* GB/s of bytes over us microseconds, and its share of the ceiling; the
+ * bytes' time at the ceiling, and what `own` microseconds (the row's
+ * exposed time, or a step row's own) cost past it. */
+static void rate(struct row *r, double bytes, double us, double ceiling, double own)
 {
 	r->bytes = bytes >= 0 ? bytes : NAN;
 	r->gbps = bytes > 0 && us > 0 ? bytes / us / 1e3 : NAN;
 	r->ceiling_pct = isfinite(r->gbps) && ceiling > 0 ? 100 * r->gbps / ceiling : NAN;
+	r->floor_us = bytes >= 0 && ceiling > 0 ? bytes / ceiling / 1e3 : NAN;
+	r->over_us = isfinite(r->floor_us) && isfinite(own) ? own - r->floor_us : NAN;
 }
 
 static struct row prof_row(const char *section, const x4_prof_row *p, double ceiling)
 {
 	struct row r = { section, p->name, x4_prof_class_name(p->cls), p->launches, p->us,
-			 100 * p->share, p->min_us, p->max_us, NAN, NAN, NAN, p->exposed_us };
-	rate(&r, p->bytes, p->us, ceiling);
+			 100 * p->share, p->min_us, p->max_us, NAN, NAN, NAN, p->exposed_us, NAN, NAN };
+	rate(&r, p->bytes, p->us, ceiling, p->exposed_us);
 	return r;
 }
 
 /* A row of the step section. */
 static struct row step_row(const char *name, double launches, double us, double wall)
 {
-	struct row r = { "step", name, "-", launches, us, NAN, NAN, NAN, NAN, NAN, NAN, NAN };
+	struct row r = { "step", name, "-", launches, us, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN };
 	r.share_pct = isfinite(us) && wall > 0 ? 100 * us / wall : NAN;
 	return r;
 }
@@ -336,7 +341,7 @@ static void print_tables(const struct opts *o, const x4_prof_result *res, double
 	double steps = s->steps ? s->steps : 1, wall = s->wall_us;
 	struct row r = step_row("kernels", s->kernels, s->kernel_us, wall);
 	r.share_pct = NAN;
-	rate(&r, s->bytes, s->kernel_us, ceiling);
+	rate(&r, s->bytes, s->kernel_us, ceiling, NAN);
 	put_row(o->json, &r);
 	r = step_row("enqueued", (double)s->enqueued_total / steps, NAN, wall);
 	put_row(o->json, &r);
@@ -351,7 +356,7 @@ static void print_tables(const struct opts *o, const x4_prof_result *res, double
 	r = step_row("outside_step", (double)s->outside / steps, NAN, wall);
 	put_row(o->json, &r);
 	r = step_row("device_busy", NAN, s->busy_us, wall);
-	rate(&r, s->bytes, s->busy_us, ceiling);
+	rate(&r, s->bytes, s->busy_us, ceiling, s->busy_us);
 	put_row(o->json, &r);
 	r = step_row("gaps", s->gaps, s->gap_us, wall);
 	r.max_us = s->gap_max_us;
@@ -359,7 +364,7 @@ static void print_tables(const struct opts *o, const x4_prof_result *res, double
 	r = step_row("step_wall", 1, wall, wall);
 	r.min_us = s->wall_min_us;
 	r.max_us = s->wall_max_us;
-	rate(&r, s->bytes, wall, ceiling);
+	rate(&r, s->bytes, wall, ceiling, wall);
 	put_row(o->json, &r);
 	r = step_row("host_submit", NAN, s->submit_us >= 0 ? s->submit_us : NAN, wall);
 	if (s->submit_us >= 0) {
@@ -370,7 +375,7 @@ static void print_tables(const struct opts *o, const x4_prof_result *res, double
 	r = step_row("unprofiled_step", 1, unprof[0], wall);
 	r.min_us = unprof[2];
 	r.max_us = unprof[3];
-	rate(&r, s->bytes, unprof[0], ceiling);
+	rate(&r, s->bytes, unprof[0], ceiling, unprof[0]);
 	put_row(o->json, &r);
 	r = step_row("overhead", NAN, wall - unprof[0], wall);
 	r.share_pct = unprof[0] > 0 ? 100 * (wall - unprof[0]) / unprof[0] : NAN;

@@ -85,6 +85,13 @@ exp, busy = sum(r["exposed_us"] for r in kern), s["busy_us_step"]
 assert abs(exp - busy) <= 0.01 * busy, ("exposed sum", exp, "busy", busy)
 for r in kern + cls:
     assert 0 <= r["exposed_us"] <= r["us_step"] + 0.01, ("exposed", r)
+# floor_us: the row's bytes at the read ceiling; over_floor_us: its exposed
+# time past that (below 0 where it streamed bytes behind its predecessor).
+ceil = s["ceiling_gbps"]
+for r in kern + cls:
+    f = r["bytes_step"] / ceil / 1e3
+    assert abs(r["floor_us"] - f) <= 0.002 + 1e-4 * f, ("floor", r, ceil)
+    assert abs(r["over_floor_us"] - (r["exposed_us"] - r["floor_us"])) <= 0.003, ("over", r)
 path = sys.argv[2]
 d = json.load(gzip.open(path) if path.endswith(".gz") else open(path))
 assert d["otherData"]["profiled"] is True, d["otherData"]
@@ -158,7 +165,7 @@ check profile.ceiling_and_classes "$([ "$msg" = ok ]; echo $?)" "$msg"
 
 # The tables as TSV: a header and rows, nothing else on stdout.
 "$PROF" -m "$MODEL" --device "$DEV" --context 16 --steps 2 >"$tmp/t.tsv" 2>"$tmp/t.err"; rc=$?
-head -n 1 "$tmp/t.tsv" | grep -q '^section	name	class	launches_step	us_step	share_pct	min_us	max_us	bytes_step	gbps	ceiling_pct	exposed_us$'
+head -n 1 "$tmp/t.tsv" | grep -q '^section	name	class	launches_step	us_step	share_pct	min_us	max_us	bytes_step	gbps	ceiling_pct	exposed_us	floor_us	over_floor_us$'
 check profile.tsv $((rc != 0 || $? != 0)) "exit $rc: $(head -c 300 "$tmp/t.err")"
 grep -qx '# profiled run: not a speed' "$tmp/t.err"
 check profile.tsv.says_profiled $? "$(head -c 300 "$tmp/t.err")"

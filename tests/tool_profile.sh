@@ -28,7 +28,7 @@ lines = open(sys.argv[1]).read().split("\n")
 assert lines[-1] == "", "no final newline"
 lines = lines[:-1]
 want = ["section", "name", "class", "launches_step", "us_step", "share_pct", "min_us",
-        "max_us", "bytes_step", "gbps", "ceiling_pct", "exposed_us"]
+        "max_us", "bytes_step", "gbps", "ceiling_pct", "exposed_us", "floor_us", "over_floor_us"]
 head = lines[0].split("\t")
 assert head == want, ("header", head)
 rows = [dict(zip(want, l.split("\t"))) for l in lines[1:]]
@@ -80,6 +80,19 @@ for r in sec["kernel"]:
     b, us, g, c = num(r["bytes_step"]), num(r["us_step"]), num(r["gbps"]), num(r["ceiling_pct"])
     assert (g is None) == (c is None) == (not b), r
     assert g is None or abs(c - 100 * b / us / 1e3 / 10) < 0.06, r
+# floor_us: the row's bytes at 10 GB/s; over_floor_us: its exposed time (a
+# step row's own time) past that; NA where a row has neither.
+for s in ("kernel", "class"):
+    for r in sec[s]:
+        b, f, o, e = num(r["bytes_step"]), num(r["floor_us"]), num(r["over_floor_us"]), num(r["exposed_us"])
+        assert f is not None and abs(f - b / 10 / 1e3) <= 0.002, ("floor", r)
+        assert o is not None and abs(o - (e - f)) <= 0.003, ("over", r)
+st = {r["name"]: r for r in sec["step"]}
+for n in ("device_busy", "step_wall", "unprofiled_step"):
+    r = st[n]
+    b, f, o, us = num(r["bytes_step"]), num(r["floor_us"]), num(r["over_floor_us"]), num(r["us_step"])
+    assert abs(f - b / 10 / 1e3) <= 0.002 and abs(o - (us - f)) <= 0.003, ("step floor", r)
+assert st["kernels"]["over_floor_us"] == "NA" and st["gaps"]["floor_us"] == "NA", "step floors"
 print("ok")
 EOF
 )
