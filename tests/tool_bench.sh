@@ -28,9 +28,18 @@ lo=0.7 hi=1.4
 ldd "$BENCH" 2>/dev/null | grep -q libasan && lo=0.5 hi=2.0
 
 # The control: the same options on both sides; the verdict line on stderr.
+# Runs of a few milliseconds swing with whatever else the machine runs (a
+# control of 1.93x was seen in a fresh clone's .ci/run while two compiles
+# ran beside it): a control outside the bracket is measured once more, and
+# the second measurement is the one checked.
 "$BENCH" "${common[@]}" -a "" -b "" >"$tmp/c.tsv" 2>"$tmp/c.err"; rc=$?
-check bench.control.exit $((rc != 0)) "exit $rc: $(head -c 300 "$tmp/c.err")"
 r=$(ratio "$tmp/c.tsv" ratio); k=$(ratio "$tmp/c.tsv" control)
+if [ "$rc" = 0 ] && ! { inrange "$r" $lo $hi && inrange "$k" $lo $hi; }; then
+	echo "# control b/a $r, control $k outside $lo-$hi: measured again"
+	"$BENCH" "${common[@]}" -a "" -b "" >"$tmp/c.tsv" 2>"$tmp/c.err"; rc=$?
+	r=$(ratio "$tmp/c.tsv" ratio); k=$(ratio "$tmp/c.tsv" control)
+fi
+check bench.control.exit $((rc != 0)) "exit $rc: $(head -c 300 "$tmp/c.err")"
 inrange "$r" $lo $hi; check bench.control.near_one $? "b/a '$r' for identical arms ($lo-$hi)"
 inrange "$k" $lo $hi; check bench.control.bracket_near_one $? "control '$k' ($lo-$hi)"
 grep -q '^x4-bench-abab: b/a [0-9.]*x decode (rounds [0-9.]*-[0-9.]*), prefill .*control [0-9.]*x (.*), 3 pairs$' "$tmp/c.err"
