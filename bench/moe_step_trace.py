@@ -60,12 +60,15 @@ def group(name, rs, stamps, t0):
 
 def summarise(path, column):
     rows = {"gate_up": [], "down": []}
-    with open(path) as fh:
-        for n, line in enumerate(fh, 1):
-            p = line.rstrip("\n").split("\t")
-            if len(p) != 18 or p[0] not in rows:
-                sys.exit(f"{path}:{n}: not a stamp line (kernel, block, 16 words)")
-            rows[p[0]].append([int(p[1])] + [int(x) for x in p[2:18]])
+    try:
+        with open(path) as fh:
+            for n, line in enumerate(fh, 1):
+                p = line.rstrip("\n").split("\t")
+                if len(p) != 18 or p[0] not in rows or not all(x.isdigit() for x in p[1:]):
+                    sys.exit(f"{path}:{n}: not a stamp line (kernel, block, 16 words)")
+                rows[p[0]].append([int(x) for x in p[1:]])
+    except OSError as e:
+        sys.exit(f"{path}: {e.strerror}")
     gu = [r[1:] for r in sorted(rows["gate_up"])]
     ids = [r[0] for r in sorted(rows["gate_up"])]
     dn = [r[1:] for r in rows["down"]]

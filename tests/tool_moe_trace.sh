@@ -4,8 +4,9 @@
 # share its format), on a stamp file written here with known values: the
 # shared column apart (--column), the stamps' quantiles, the phases' median
 # durations in us and cycles, the late starters, the down's early entries,
-# a stamp older than its block's entry left out, and a malformed line
-# refused.  Run from the tree's root (tests/run.sh does).
+# a stamp older than its block's entry left out, a malformed line and a
+# missing file refused in one line.  Run from the tree's root (tests/run.sh
+# does).
 set -u
 cd "$(dirname "$0")/.." || exit 2
 . tests/t.sh
@@ -62,3 +63,7 @@ python3 $S "$tmp/bad.tsv" >"$tmp/out3" 2>&1
 rc=$?
 [ $rc -ne 0 ] && grep -q "bad.tsv:1: not a stamp line" "$tmp/out3"
 check trace.malformed $? "rc $rc: $(cat "$tmp/out3")"
+python3 $S "$tmp/none.tsv" >"$tmp/out4" 2>&1
+rc=$?
+[ $rc -ne 0 ] && grep -q "none.tsv: No such file or directory" "$tmp/out4" && [ "$(wc -l <"$tmp/out4")" -eq 1 ]
+check trace.missing_file $? "rc $rc: $(cat "$tmp/out4")"
