@@ -38,6 +38,7 @@
 #include "lab.h"
 #include "gemv_tc.cuh"
 
+#include <errno.h>
 #include <string>
 
 namespace {
@@ -81,8 +82,10 @@ void dump(const char *path, const trace &gu, const trace &dn)
 		ok = fclose(f) == 0 && ok;
 	}
 	if (!ok || rename(tmp.c_str(), path) != 0) {
+		const int err = errno;
 		remove(tmp.c_str());
-		fprintf(stderr, "moe_trace: %s not written\n", path);
+		fprintf(stderr, "moe_trace: %s not written (%s); MOE_TRACE_DIR names a writable folder\n", path,
+			strerror(err));
 		exit(1);
 	}
 }
