@@ -113,6 +113,11 @@
 #include "pdl.cuh"
 #include "moe_route_dev.cuh"
 
+#ifdef X4_TCV_TRACE
+#include <errno.h> /* the stamp file's writer (tcv_trace_write) */
+#include <stdio.h>
+#endif
+
 namespace tcv {
 using namespace x4m;
 
@@ -491,6 +496,45 @@ __device__ __forceinline__ void tcv_stamp(unsigned long long *buf, int i)
 }
 #define TCV_STAMP_GU(i) tcv_stamp(tcv_trace_gu, i)
 #define TCV_STAMP_DN(i) tcv_stamp(tcv_trace_dn, i)
+/* The stamp file's one writer (a trace build's X4_MOE_TRACE file and the
+ * lab's moe_trace-CONFIG.tsv; bench/moe_step_trace.py reads it): a line a
+ * stamped block of the n_gu gate/up and n_dn down blocks' host copies,
+ * "gate_up" or "down", the block, its TRACE_WORDS words.  Written to a
+ * temporary file renamed over path: whole or not at all; false (errno
+ * kept) when it was not written. */
+inline bool tcv_trace_write(const char *path, const unsigned long long *gu, size_t n_gu,
+			    const unsigned long long *dn, size_t n_dn)
+{
+	char tmp[4096];
+	if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp) {
+		errno = ENAMETOOLONG;
+		return false;
+	}
+	FILE *f = fopen(tmp, "w");
+	bool ok = f != nullptr;
+	for (int k = 0; ok && k < 2; k++) {
+		const unsigned long long *h = k ? dn : gu;
+		for (size_t b = 0, n = k ? n_dn : n_gu; b < n; b++) {
+			if (!h[b * TRACE_WORDS] && !h[b * TRACE_WORDS + TRACE_WORDS - 1])
+				continue;
+			fprintf(f, "%s\t%zu", k ? "down" : "gate_up", b);
+			for (int i = 0; i < TRACE_WORDS; i++)
+				fprintf(f, "\t%llu", h[b * TRACE_WORDS + i]);
+			fputc('\n', f);
+		}
+	}
+	if (f) {
+		ok = !ferror(f) && ok;
+		ok = fclose(f) == 0 && ok;
+	}
+	ok = ok && rename(tmp, path) == 0;
+	if (!ok) {
+		const int err = errno;
+		remove(tmp);
+		errno = err;
+	}
+	return ok;
+}
 #else
 #define TCV_STAMP_GU(i) ((void)0)
 #define TCV_STAMP_DN(i) ((void)0)

@@ -48,7 +48,6 @@ using namespace x4d;
  * capture).  bench/moe_step_trace.py summarises it. */
 #include <stdio.h>
 #include <stdlib.h>
-#include <string>
 #include <vector>
 namespace {
 constexpr size_t TRACE_BLOCKS = 8192, TRACE_BYTES = TRACE_BLOCKS * tcv::TRACE_WORDS * 8;
@@ -56,31 +55,16 @@ unsigned long long *trace_buf[2];
 void trace_dump()
 {
 	constexpr size_t W = tcv::TRACE_WORDS;
-	const std::string path = getenv("X4_MOE_TRACE"), tmp = path + ".tmp";
-	std::vector<unsigned long long> h(TRACE_BLOCKS * W);
-	FILE *f = fopen(tmp.c_str(), "w");
-	bool ok = f != nullptr;
+	const char *path = getenv("X4_MOE_TRACE");
+	std::vector<unsigned long long> h[2];
+	bool ok = true;
 	for (int k = 0; ok && k < 2; k++) {
-		ok = cudaMemcpy(h.data(), trace_buf[k], TRACE_BYTES, cudaMemcpyDeviceToHost) == cudaSuccess;
-		for (size_t b = 0; ok && b < TRACE_BLOCKS; b++) {
-			if (!h[b * W] && !h[b * W + W - 1])
-				continue;
-			fprintf(f, "%s\t%zu", k ? "down" : "gate_up", b);
-			for (size_t i = 0; i < W; i++)
-				fprintf(f, "\t%llu", h[b * W + i]);
-			fputc('\n', f);
-		}
+		h[k].resize(TRACE_BLOCKS * W);
+		ok = cudaMemcpy(h[k].data(), trace_buf[k], TRACE_BYTES, cudaMemcpyDeviceToHost) == cudaSuccess;
 	}
-	if (f) {
-		ok = !ferror(f) && ok;
-		ok = fclose(f) == 0 && ok;
-	}
-	ok = ok && rename(tmp.c_str(), path.c_str()) == 0;
-	if (!ok) {
-		remove(tmp.c_str());
+	if (!ok || !tcv::tcv_trace_write(path, h[0].data(), TRACE_BLOCKS, h[1].data(), TRACE_BLOCKS))
 		fprintf(stderr, "x4: X4_MOE_TRACE: %s not written (its folder, or the stamps' read-back)\n",
-			path.c_str());
-	}
+			path);
 }
 void trace_arm()
 {

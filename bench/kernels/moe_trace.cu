@@ -38,7 +38,6 @@
 #include "lab.h"
 #include "gemv_tc.cuh"
 
-#include <errno.h>
 #include <string>
 
 namespace {
@@ -56,38 +55,6 @@ void trace_alloc(trace &t, size_t blocks)
 	t.blocks = blocks;
 	t.d = (unsigned long long *)lab_alloc(blocks * W * 8);
 	t.h.resize(blocks * W);
-}
-
-/* The stamps of both launches to path, a line a stamped block: kernel,
- * block, its W words (the trace build's format: kernels/moe_experts.cu);
- * written whole or not at all. */
-void dump(const char *path, const trace &gu, const trace &dn)
-{
-	const std::string tmp = std::string(path) + ".tmp";
-	FILE *f = fopen(tmp.c_str(), "w");
-	bool ok = f != nullptr;
-	for (int k = 0; ok && k < 2; k++) {
-		const trace &t = k ? dn : gu;
-		for (size_t b = 0; b < t.blocks; b++) {
-			if (!t.h[b * W])
-				continue;
-			fprintf(f, "%s\t%zu", k ? "down" : "gate_up", b);
-			for (int i = 0; i < W; i++)
-				fprintf(f, "\t%llu", t.h[b * W + i]);
-			fputc('\n', f);
-		}
-	}
-	if (f) {
-		ok = !ferror(f) && ok;
-		ok = fclose(f) == 0 && ok;
-	}
-	if (!ok || rename(tmp.c_str(), path) != 0) {
-		const int err = errno;
-		remove(tmp.c_str());
-		fprintf(stderr, "moe_trace: %s not written (%s); MOE_TRACE_DIR names a writable folder\n", path,
-			strerror(err));
-		exit(1);
-	}
 }
 
 } /* namespace */
@@ -184,7 +151,11 @@ int main(int argc, char **argv)
 		char path[4096];
 		const char *dir = getenv("MOE_TRACE_DIR");
 		snprintf(path, sizeof path, "%s/moe_trace-%s.tsv", dir && *dir ? dir : "build/bench", cn);
-		dump(path, gu, dn);
+		if (!tcv::tcv_trace_write(path, gu.h.data(), gu.blocks, dn.h.data(), dn.blocks)) {
+			fprintf(stderr, "moe_trace: %s not written (%s); MOE_TRACE_DIR names a writable folder\n",
+				path, strerror(errno));
+			exit(1);
+		}
 		/* the grid's linear index is y * gx + x: y the column, the shared expert's first */
 		fprintf(stderr, "moe_trace: %s: python3 bench/moe_step_trace.py%s %s\n", cn,
 			shared ? (" --column " + std::to_string(f / tcv::ROWS)).c_str() : "", path);
