@@ -26,6 +26,7 @@ before its wait); the gate/up's blocks an SM.
 (the grid's y 0: N = n_ff_exp / 16, 64 on the released model), summarised
 apart from the routed blocks.  A trace, not a speed.
 """
+import signal
 import sys
 
 GU_ROUTED = (0, 1, 2, 3, 4, 5)
@@ -69,8 +70,8 @@ def summarise(path, column):
                 rows[p[0]].append([int(x) for x in p[1:]])
     except OSError as e:
         sys.exit(f"{path}: {e.strerror}")
-    gu = [r[1:] for r in sorted(rows["gate_up"])]
-    ids = [r[0] for r in sorted(rows["gate_up"])]
+    gate_up = sorted(rows["gate_up"])
+    gu, ids = [r[1:] for r in gate_up], [r[0] for r in gate_up]
     dn = [r[1:] for r in rows["down"]]
     if not gu:
         print(f"{path}: no gate/up stamps")
@@ -115,4 +116,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # a reader that stops early (head) ends it quietly
     main(sys.argv[1:])
