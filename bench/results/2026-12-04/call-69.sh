@@ -21,11 +21,10 @@
 #     MB of partials a layer, more than the cache's 4.7 MB, so 64 may be the
 #     better cap there).
 set -u
-t0=$SECONDS
-mkdir -p "$OUT/x"
-make -j16 CUDA_ARCH=90 all tests build/bench/mla_decode >"$OUT/x/build.log" 2>&1
-echo "build rc=$? ($((SECONDS-t0)) s)"; grep -E ' error' "$OUT/x/build.log" | head -5
-(bin/x4-synth --preset full --seed 1 -o /tmp/x4-full >/dev/null 2>&1) &
+. bench/call-lib.sh
+call_begin
+call_build all tests build/bench/mla_decode
+call_full_bg
 build/tests/gpu_kern mla >"$OUT/x/kern-mla.txt" 2>&1
 echo "gpu_kern mla rc=$?: $(tail -n 1 "$OUT/x/kern-mla.txt") ($((SECONDS-t0)) s)"; grep -E "^FAIL" "$OUT/x/kern-mla.txt" | head -5
 timeout 120 build/bench/mla_decode new >"$OUT/x/lab-mla.tsv" 2>"$OUT/x/lab-mla.err"
@@ -33,9 +32,5 @@ echo "lab rc=$? ($((SECONDS-t0)) s)"; cut -f1-7 "$OUT/x/lab-mla.tsv" | grep -E '
 echo "golden --copy wide:"; bash bench/results/2026-12-03/golden.sh --copy wide
 wait
 echo "synth done ($((SECONDS-t0)) s)"
-OUT="$OUT/x/l32" LEVER_CTX="32500" LEVER_PAIRS=2 LEVER_WARMUP=1 LEVERS=$'|--copy wide\n|--copy wide96\n|--copy widep' \
-	timeout 330 bash bench/gpu-session.sh levers >"$OUT/x/levers-32500.txt" 2>&1
-echo "levers 32500 rc=$? ($((SECONDS-t0)) s)"; grep "ctx" "$OUT/x/levers-32500.txt"
-rm -f "$OUT/x/build.log"
-tar -C "$OUT" -czf "$OUT/x.tgz" x && rm -rf "$OUT/x"
-echo "end ($((SECONDS-t0)) s)"
+call_levers l32 32500 2 330 $'|--copy wide\n|--copy wide96\n|--copy widep'
+call_end

@@ -20,26 +20,21 @@
 #   step: x4-bench-abab arm a main's launches, arm b rs or rsf, at 512 and
 #     4,096 (3 pairs); x4-profile at 512 of the three, side by side.
 set -u
-t0=$SECONDS
-mkdir -p "$OUT/x"
-make -j16 CUDA_ARCH=90 all tests >"$OUT/x/build.log" 2>&1
-echo "build rc=$? ($((SECONDS-t0)) s)"; grep -E ' error' "$OUT/x/build.log" | head -5
-(bin/x4-synth --preset full --seed 1 -o /tmp/x4-full >/dev/null 2>&1) &
+. bench/call-lib.sh
+call_begin
+call_build all tests
+call_full_bg
 build/tests/gpu_kern moe_experts >"$OUT/x/kern-moe.txt" 2>&1
 echo "gpu_kern moe_experts rc=$?: $(tail -n 1 "$OUT/x/kern-moe.txt") ($((SECONDS-t0)) s)"; grep -E "^FAIL" "$OUT/x/kern-moe.txt" | head -5
 grep -c 'LEVER: router beside' "$OUT/x/kern-moe.txt"
 for a in rs rsf; do echo "golden --copy $a:"; timeout 100 bash bench/results/2026-12-03/golden.sh --copy $a; done
 wait
 echo "synth done ($((SECONDS-t0)) s)"
-OUT="$OUT/x/l" LEVER_CTX="512 4096" LEVER_PAIRS=3 LEVER_WARMUP=1 LEVERS=$'|--copy rs\n|--copy rsf' \
-	timeout 260 bash bench/gpu-session.sh levers >"$OUT/x/levers.txt" 2>&1
-echo "levers rc=$? ($((SECONDS-t0)) s)"; grep "ctx" "$OUT/x/levers.txt"
+call_levers l "512 4096" 3 260 $'|--copy rs\n|--copy rsf'
 for a in block rs rsf; do
 	timeout 60 bin/x4-profile -m /tmp/x4-full --device cuda:0 --context 512 --steps 16 --copy "$a" \
 		>"$OUT/x/prof-512-$a.tsv" 2>"$OUT/x/prof-512-$a.err"
 	echo "profile $a rc=$? ($((SECONDS-t0)) s)"
 done
 for a in rs rsf; do python3 bench/profile_diff.py "$OUT/x/prof-512-block.tsv" "$OUT/x/prof-512-$a.tsv" 2>&1 | head -12; done
-rm -f "$OUT/x/build.log"
-tar -C "$OUT" -czf "$OUT/x.tgz" x && rm -rf "$OUT/x"
-echo "end ($((SECONDS-t0)) s)"
+call_end

@@ -1,0 +1,36 @@
+# call-lib.sh - sourced by a device call's script (bench/results/DATE/call-N.sh,
+# run on the GPU machine from the tree's root with $OUT set by the device
+# tool): the steps every call repeats, one definition each.  Output goes to
+# $OUT/x, packed into $OUT/x.tgz by call_end (the tool brings back few files).
+#   call_begin                 the clock and $OUT/x
+#   call_build TARGET...       make -j16 CUDA_ARCH=90 TARGET..., its rc and first errors
+#   call_full_bg               the full preset into /tmp/x4-full in the background
+#                              (unless there); `wait` before a step that needs it
+#   call_levers NAME CTX PAIRS TIMEOUT LEVERS
+#                              bench/gpu-session.sh levers (x4-bench-abab, one "A|B"
+#                              a line of LEVERS, warm-up 1) into $OUT/x/NAME, its lines
+#   call_end                   pack $OUT/x and say how long the call took
+call_begin() {
+	t0=$SECONDS
+	mkdir -p "$OUT/x"
+}
+call_build() {
+	make -j16 CUDA_ARCH=90 "$@" >"$OUT/x/build.log" 2>&1
+	echo "build rc=$? ($((SECONDS - t0)) s)"
+	grep -E ' error' "$OUT/x/build.log" | head -5
+}
+call_full_bg() {
+	[ -f /tmp/x4-full/xing4_0-full.gguf ] ||
+		(bin/x4-synth --preset full --seed 1 -o /tmp/x4-full >/dev/null 2>&1) &
+}
+call_levers() {
+	OUT="$OUT/x/$1" LEVER_CTX="$2" LEVER_PAIRS="$3" LEVER_WARMUP=1 LEVERS="$5" \
+		timeout "$4" bash bench/gpu-session.sh levers >"$OUT/x/$1.txt" 2>&1
+	echo "levers $1 rc=$? ($((SECONDS - t0)) s)"
+	grep "ctx" "$OUT/x/$1.txt"
+}
+call_end() {
+	rm -f "$OUT/x/build.log"
+	tar -C "$OUT" -czf "$OUT/x.tgz" x && rm -rf "$OUT/x"
+	echo "end ($((SECONDS - t0)) s)"
+}
