@@ -17,11 +17,10 @@
 # And the MoE lab's stamps through bench/moe_step_trace.py (the summary
 # moved there from the lab this session: its first run on a GPU).
 set -u
-t0=$SECONDS
-mkdir -p "$OUT/x"
-make -j16 CUDA_ARCH=90 all build/bench/l2pf build/bench/moe_trace >"$OUT/x/build.log" 2>&1
-echo "build rc=$? ($((SECONDS-t0)) s)"; grep -E ' error' "$OUT/x/build.log" | head -5
-(bin/x4-synth --preset full --seed 1 -o /tmp/x4-full >/dev/null 2>&1) &
+. bench/call-lib.sh
+call_begin
+call_build all build/bench/l2pf build/bench/moe_trace
+call_full_bg
 timeout 90 build/bench/l2pf new >"$OUT/x/lab-l2pf.tsv" 2>"$OUT/x/lab-l2pf.err"
 echo "lab rc=$? ($((SECONDS-t0)) s)"; cut -f1-7 "$OUT/x/lab-l2pf.tsv" | grep bf16 | column -t
 MOE_TRACE_DIR="$OUT/x" timeout 60 build/bench/moe_trace new >"$OUT/x/moe_trace.tsv" 2>"$OUT/x/moe_trace.err"
@@ -29,10 +28,5 @@ echo "moe_trace rc=$?"; python3 bench/moe_step_trace.py --column 64 "$OUT/x/moe_
 for a in pfall ipfoq; do echo "golden --copy $a:"; bash bench/results/2026-12-03/golden.sh --copy $a; done
 wait
 echo "synth done ($((SECONDS-t0)) s)"
-OUT="$OUT/x/l" LEVER_CTX="512" LEVER_PAIRS=3 LEVER_WARMUP=1 \
-	LEVERS=$'|--copy ipfoq\n|--copy ipfo\n|--copy ipfq\n|--copy pfo\n|--copy pfq\n|--copy pfs' \
-	timeout 330 bash bench/gpu-session.sh levers >"$OUT/x/levers.txt" 2>&1
-echo "levers 512 rc=$? ($((SECONDS-t0)) s)"; grep "ctx" "$OUT/x/levers.txt"
-rm -f "$OUT/x/build.log"
-tar -C "$OUT" -czf "$OUT/x.tgz" x && rm -rf "$OUT/x"
-echo "end ($((SECONDS-t0)) s)"
+call_levers l 512 3 330 $'|--copy ipfoq\n|--copy ipfo\n|--copy ipfq\n|--copy pfo\n|--copy pfq\n|--copy pfs'
+call_end
