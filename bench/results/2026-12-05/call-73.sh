@@ -10,6 +10,10 @@
 # them, the whole model against the CPU float64 reference on tiny and
 # small included; then x4-run's steady decode at 512 tokens of context (the
 # goal table's command).  The new golden files come back in x/ to commit.
+# Before the merge (not before this call): call 72's lab decides the QB
+# form (its tcr row: B in registers, the corrections as the MMA's C); if it
+# beats tc, it becomes the default form, else its code goes; and the
+# FIGURES(call 72) marks in docs/numerics.md and README.md take the figures.
 set -u
 . bench/call-lib.sh
 call_begin
