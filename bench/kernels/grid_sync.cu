@@ -90,9 +90,7 @@ int main(int argc, char **argv)
 {
 	lab L;
 	lab_init(&L, argc, argv, "grid barriers: all variants are new");
-	int dev = 0, sms = 0;
-	LAB_CK(cudaGetDevice(&dev));
-	LAB_CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+	const int sms = L.sms;
 	unsigned *bar;
 	LAB_CK(cudaMalloc(&bar, 256));
 	void (*k[4])(unsigned *, int) = { sync_kernel<0>, sync_kernel<1>, sync_kernel<2>, sync_kernel<3> };

@@ -62,6 +62,7 @@ struct lab {
 	size_t flush_bytes;
 	double ceiling_gbps;
 	bool run_old, run_new;
+	int sms; /* the card's SMs */
 	char gpu[256];
 };
 
@@ -315,6 +316,7 @@ static inline void lab_init(lab *L, int argc, char **argv, const char *usage)
 	cudaDeviceProp prop;
 	LAB_CK(cudaGetDeviceProperties(&prop, 0));
 	snprintf(L->gpu, sizeof L->gpu, "%s", prop.name);
+	L->sms = prop.multiProcessorCount;
 	LAB_CK(cudaStreamCreate(&L->s));
 	LAB_CK(cudaEventCreate(&L->a));
 	LAB_CK(cudaEventCreate(&L->b));

@@ -70,9 +70,7 @@ int main(int argc, char **argv)
 {
 	lab L;
 	lab_init(&L, argc, argv, "the card's mma.sync rate, operands in registers");
-	int dev = 0, sms = 0;
-	LAB_CK(cudaGetDevice(&dev));
-	LAB_CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+	const int sms = L.sms;
 	float *out = (float *)lab_alloc(16);
 	if (L.run_new) {
 		row<0, 2>(L, sms, out, "f16_m16n8k16", 4096.0);
