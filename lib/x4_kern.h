@@ -165,6 +165,12 @@ int x4k_tc_copy_get(void);
  * context against 1, 1.005x against 2, bench/RESULTS.md 37). */
 void x4k_q6k_rows_set(int rows);
 int x4k_q6k_rows_get(void);
+/* TEMPORARY (lever-head-tc): 1 sends x4k_gemv's Q6_K product to the tensor
+ * cores where the card and shape allow (gemv_q6k_tc_kernel: sm_80, k % 512
+ * == 0, k <= 4096, 16-byte aligned weights and x), before the forms above;
+ * 0 (the default) never.  Not the same bits as the other forms. */
+void x4k_q6k_tc_set(int on);
+int x4k_q6k_tc_get(void);
 
 /* h = silu(g) * u elementwise, fp32 (docs/numerics.md 1.4: the product is the value that
  * overflows fp16, so it stays fp32 on its way to the down projection). */
