@@ -259,6 +259,17 @@ static void run_q6k_rows(int n, int k, int off, uint64_t seed)
 			dget(y[i], dy, yb);
 	}
 	x4k_q6k_rows_set(was);
+	/* TEMPORARY (lever-head-tc): the tensor-core form, twice (where the
+	 * shape is not its own, the form above) */
+	float *yt[2];
+	for (int i = 0; i < 2; i++) {
+		yt[i] = hmalloc(yb);
+		x4k_q6k_tc_set(1);
+		poison(dy, yb);
+		if (!rc && !(rc = x4k_gemv(X4_T_Q6_K, dw + off, n, k, dx, dy, st, &err)))
+			dget(yt[i], dy, yb);
+		x4k_q6k_tc_set(0);
+	}
 	if (rc) {
 		T_OK(0, "gemv_q6k_rows", "%s: %s", cas, err.msg);
 	} else if (x4r_gemv(X4_T_Q6_K, w, n, k, x, ref, mag, &err)) {
@@ -277,9 +288,15 @@ static void run_q6k_rows(int n, int k, int off, uint64_t seed)
 				     d < (size_t)n ? y[i][d] : 0.f, d < (size_t)n ? y[0][d] : 0.f);
 			}
 		}
+		compare("gemv_q6k tensor cores", cas, yt[0], ref, mag, (size_t)n);
+		size_t d = 0;
+		while (d < (size_t)n && !memcmp(&yt[1][d], &yt[0][d], 4))
+			d++;
+		T_OK(d == (size_t)n, "gemv_q6k tensor cores, the same bits twice", "%s: row %zu", cas, d);
 	}
 	for (int i = 0; i < 3; i++)
 		free(y[i]);
+	free(yt[0]), free(yt[1]);
 	x4_dev_free(dw), x4_dev_free(dx), x4_dev_free(dy);
 	free(w), free(x), free(ref), free(mag);
 }
@@ -400,4 +417,6 @@ static void test_gemv(void)
 	run_q6k_rows(131072, 3584, 0, 7008);
 	run_q6k_rows(37, 4096, 4, 7009);
 	run_q6k_rows(2053, 4096, 12, 7010);
+	run_q6k_rows(2053, 4096, 0, 7011); /* the tensor cores' 8 warps, a part tile */
+	run_q6k_rows(16, 512, 0, 7012);   /* one tile */
 }
