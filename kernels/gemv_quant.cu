@@ -583,12 +583,12 @@ static bool gemv_q6k_rows(const uint8_t *w, int n, int k, const float *x, float 
  * Temporary: on only through x4k_q6k_tc_set (the lever's pricing arm). */
 constexpr int Q6T_NST = 2;
 
-/* Dynamic shared memory at k: Q6T_NST tile stages, then a warp's B words
- * [32 groups][16 lanes], its corrections [32 groups][4 columns] (int), and
- * the warps' row sums [16]. */
-__host__ __device__ constexpr size_t q6t_smem_bytes(int k)
+/* Dynamic shared memory at k with nst tile stages: the stages, then a
+ * warp's B words [32 groups][16 lanes], its corrections [32 groups][4
+ * columns] (int), and the warps' row sums [16]. */
+__host__ __device__ constexpr size_t q6t_smem_bytes(int k, int nst)
 {
-	return (size_t)Q6T_NST * 16 * 210 * (k / 256) + (size_t)(k / 512) * (32 * 16 * 4 + 32 * 4 * 4 + 16 * 4);
+	return (size_t)nst * 16 * 210 * (k / 256) + (size_t)(k / 512) * (32 * 16 * 4 + 32 * 4 * 4 + 16 * 4);
 }
 
 /* Lane t's word of the 16-byte run at byte `run` of a Q6_K block at p:
@@ -623,7 +623,7 @@ __device__ __forceinline__ int q6t_sc(const uint32_t (&w)[5], int o, int j)
 }
 
 template <int NST>
-__global__ void __launch_bounds__(GEMV_WARPS * 32, 2)
+__global__ void __launch_bounds__(GEMV_WARPS * 32, NST == 1 ? 3 : 2)
 gemv_q6k_tc_kernel(const uint8_t *__restrict__ w, int n, int k, const float *__restrict__ x,
 		   float *__restrict__ y)
 {
@@ -767,31 +767,32 @@ namespace {
 std::atomic<int> q6k_tc{ 0 }; /* x4k_q6k_tc_set */
 }
 
-extern "C" void x4k_q6k_tc_set(int on) { q6k_tc.store(on ? 1 : 0); }
+extern "C" void x4k_q6k_tc_set(int on) { q6k_tc.store(on == 1 || on == 2 ? on : 0); }
 
 extern "C" int x4k_q6k_tc_get(void) { return q6k_tc.load(); }
 
-/* gemv_q6k_tc_kernel for a shape it takes on a card that takes it (a grid
- * of as many blocks as the card holds at once, at most a tile each);
+/* gemv_q6k_tc_kernel<NST> for a shape it takes on a card that takes it (a
+ * grid of as many blocks as the card holds at once, at most a tile each);
  * false sends the caller to the other forms. */
+template <int NST>
 static bool gemv_q6k_tc(const uint8_t *w, int n, int k, const float *x, float *y, cudaStream_t s)
 {
 	static std::atomic<size_t> set[64];
+	const size_t smem = q6t_smem_bytes(k, NST);
 	if (k % 512 || k / 512 > GEMV_WARPS || ((uintptr_t)w & 15) || ((uintptr_t)x & 15) ||
-	    !tcv::smem_ready(gemv_q6k_tc_kernel<Q6T_NST>, q6t_smem_bytes(k), set))
+	    !tcv::smem_ready(gemv_q6k_tc_kernel<NST>, smem, set))
 		return false;
 	int dev = 0, sms = 0, bps = 0;
 	if (cudaGetDevice(&dev) != cudaSuccess ||
 	    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
-	    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&bps, gemv_q6k_tc_kernel<Q6T_NST>, k / 512 * 32,
-							  q6t_smem_bytes(k)) != cudaSuccess || bps < 1) {
+	    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&bps, gemv_q6k_tc_kernel<NST>, k / 512 * 32, smem) !=
+		    cudaSuccess || bps < 1) {
 		(void)cudaGetLastError();
 		return false;
 	}
 	const int tiles = (n + 15) / 16;
 	const unsigned blocks = (unsigned)min(tiles, bps * sms);
-	x4p::launch(gemv_q6k_tc_kernel<Q6T_NST>, dim3(blocks), dim3(k / 512 * 32), q6t_smem_bytes(k), s, w, n, k,
-		    x, y);
+	x4p::launch(gemv_q6k_tc_kernel<NST>, dim3(blocks), dim3(k / 512 * 32), smem, s, w, n, k, x, y);
 	return true;
 }
 
@@ -816,7 +817,9 @@ extern "C" int x4k_gemv(int type, const void *w, int n, int k, const float *x, f
 		if (k <= Q6_KMAX && row_bytes(X4_T_Q6_K, k) % 4 == 0 && !((uintptr_t)w & 3) &&
 		    !((uintptr_t)x & 15)) { /* rows 4-byte aligned: an even count of 210-byte blocks */
 			const int rows = q6k_rows.load(); /* the largest form the card takes */
-			if (!(q6k_tc.load() && gemv_q6k_tc(wb, n, k, x, y, s)) && !(rows >= 4 && gemv_q6k_rows<4>(wb, n, k, x, y, s)) &&
+			const int tc = q6k_tc.load(); /* TEMPORARY (lever-head-tc) */
+			if (!(tc == 1 && gemv_q6k_tc<Q6T_NST>(wb, n, k, x, y, s)) &&
+			    !(tc == 2 && gemv_q6k_tc<1>(wb, n, k, x, y, s)) && !(rows >= 4 && gemv_q6k_rows<4>(wb, n, k, x, y, s)) &&
 			    !(rows >= 2 && gemv_q6k_rows<2>(wb, n, k, x, y, s)))
 				x4p::launch(gemv_q6k_kernel, grid, block, 0, s, wb, n, k, x, y);
 		} else

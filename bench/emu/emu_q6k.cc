@@ -26,7 +26,7 @@ using namespace x4d;
 alignas(16) uint8_t q6r_smem[q6r_x_bytes(Q6_KMAX) + GEMV_WARPS * q6r_span_bytes(4, Q6_KMAX / 256 * 210)];
 
 /* the tensor-core form's: Q6T_NST tiles of 16 rows, B and the sums at k 4096 */
-alignas(16) uint8_t q6t_smem[q6t_smem_bytes(Q6_KMAX)];
+alignas(16) uint8_t q6t_smem[q6t_smem_bytes(Q6_KMAX, Q6T_NST)];
 
 #include "emu_rt.h"
 
@@ -128,33 +128,41 @@ static void q6k_case(int n, int k, int off)
 		}
 	if (k % 512 || off)
 		return; /* the tensor-core form's shapes: 16-byte aligned, k % 512 == 0 */
-	/* the tensor-core form: one block walking every tile, then two (the
-	 * second from tile 1), in order and late; the same bits each way */
+	/* the tensor-core form, two tiles in flight a block and one: one block
+	 * walking every tile, then two (the second from tile 1), in order and
+	 * late; the same bits each way */
 	std::vector<float> first(n);
-	for (unsigned grid = 1; grid <= 2; grid++)
-		for (unsigned sched = 0; sched <= 1; sched++) {
-			memset(y.data(), 0xff, (size_t)n * 4);
-			emu_smem = q6t_smem;
-			SMEM = q6t_smem_bytes(k);
-			late_copies = sched != 0;
-			body = [&] { gemv_q6k_tc_kernel<Q6T_NST>(w, n, k, x, y.data()); };
-			for (unsigned b = 0; b < grid; b++)
-				run_block(dim3(grid), dim3(k / 512 * 32), uint3{ b, 0, 0 }, sched ? 11u * n + k + 131 * b : 0);
-			snprintf(nm, sizeof nm, "gemv Q6_K tensor cores n %d k %d, %u block%s%s", n, k, grid,
-				 grid > 1 ? "s" : "", sched ? " late copies" : "");
-			check(nm, y.data(), ref, mag);
-			if (grid == 1 && !sched) {
-				first = y;
-				continue;
+	for (int nst = 2; nst >= 1; nst--)
+		for (unsigned grid = 1; grid <= 2; grid++)
+			for (unsigned sched = 0; sched <= 1; sched++) {
+				memset(y.data(), 0xff, (size_t)n * 4);
+				emu_smem = q6t_smem;
+				SMEM = q6t_smem_bytes(k, nst);
+				late_copies = sched != 0;
+				body = [&] {
+					if (nst == 2)
+						gemv_q6k_tc_kernel<2>(w, n, k, x, y.data());
+					else
+						gemv_q6k_tc_kernel<1>(w, n, k, x, y.data());
+				};
+				for (unsigned b = 0; b < grid; b++)
+					run_block(dim3(grid), dim3(k / 512 * 32), uint3{ b, 0, 0 },
+						  sched ? 11u * n + k + 131 * b : 0);
+				snprintf(nm, sizeof nm, "gemv Q6_K tensor cores (%d in flight) n %d k %d, %u block%s%s", nst, n,
+					 k, grid, grid > 1 ? "s" : "", sched ? " late copies" : "");
+				check(nm, y.data(), ref, mag);
+				if (nst == 2 && grid == 1 && !sched) {
+					first = y;
+					continue;
+				}
+				int d = 0;
+				while (d < n && !memcmp(&y[d], &first[d], 4))
+					d++;
+				snprintf(nm, sizeof nm, "gemv Q6_K tensor cores (%d in flight), %u block%s%s = 2, 1 block", nst,
+					 grid, grid > 1 ? "s" : "", sched ? " late copies" : "");
+				report(d == n, nm, "n %d k %d: %s row %d", n, k,
+				       d == n ? "the same bits to the last" : "differs at", d == n ? n - 1 : d);
 			}
-			int d = 0;
-			while (d < n && !memcmp(&y[d], &first[d], 4))
-				d++;
-			snprintf(nm, sizeof nm, "gemv Q6_K tensor cores, %u block%s%s = 1 block", grid, grid > 1 ? "s" : "",
-				 sched ? " late copies" : "");
-			report(d == n, nm, "n %d k %d: %s row %d", n, k, d == n ? "the same bits to the last" : "differs at",
-			       d == n ? n - 1 : d);
-		}
 }
 
 int main()

@@ -8,16 +8,18 @@
 # form (main) bound by its instructions, ~157 us of its 161 at 512; this
 # form's SASS is ~3.1 instructions a weight against ~9 (static count).
 #   checks: gpu_kern gemv_q6k_rows (the tc form against the float64
-#     reference by the kernel tests' rule and the same bits twice, 1 to
+#     reference by the kernel tests' rule, both forms the same bits, 1 to
 #     131,072 rows, k 512 to 4,096) and gemv, head; compute-sanitizer
 #     memcheck on gemv_q6k_rows (its 131,072-row case is slow: a time
 #     limit); the golden digests with the default and with --copy headtc
 #     (the logits' bits move: the sums are exact integers, not fp32's
 #     order), then the small preset's logits with headtc against the
 #     default's (helper_cmp_logits at 1e-4: tokens and max row error);
-#   lab: build/bench/gemv new, output_head rows new (main's) and tc;
+#   lab: build/bench/gemv new, output_head rows new (main's), tc (two
+#     tiles in flight a block, two blocks an SM) and tc1 (one, three);
 #   step: x4-bench-abab arm a main's head, arm b headtc, at 512 and 4,096
-#     (3 pairs); x4-profile at 512 of both, side by side.
+#     (3 pairs), and headtc1 at 512 (2 pairs); x4-profile at 512 of main's
+#     head and headtc, side by side.
 set -u
 . bench/call-lib.sh
 call_begin
@@ -39,6 +41,7 @@ python3 tests/helper_cmp_logits.py small.headtc_vs_block /tmp/g-small.npy /tmp/g
 wait
 echo "synth done ($((SECONDS-t0)) s)"
 call_levers l "512 4096" 3 260 $'|--copy headtc'
+call_levers l1 512 2 90 $'|--copy headtc1'
 for a in block headtc; do
 	timeout 60 bin/x4-profile -m /tmp/x4-full --device cuda:0 --context 512 --steps 16 --copy "$a" \
 		>"$OUT/x/prof-512-$a.tsv" 2>"$OUT/x/prof-512-$a.err"
