@@ -6,7 +6,8 @@
 # limbs, the -32 in the MMA's C; a grid the card holds at once walking
 # 16-row tiles, two in flight a block).  Section 40 found the one-shot
 # form (main) bound by its instructions, ~157 us of its 161 at 512; this
-# form's SASS is ~3.1 instructions a weight against ~9 (static count).
+# form's loop is 792 SASS instructions for a lane's 256 weights (3.1 a
+# weight) against the rows form's 745 for 128 (5.8; static counts, sm_90).
 #   checks: gpu_kern gemv_q6k_rows (the tc form against the float64
 #     reference by the kernel tests' rule, both forms the same bits, 1 to
 #     131,072 rows, k 512 to 4,096) and gemv, head; compute-sanitizer
