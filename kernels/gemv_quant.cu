@@ -622,7 +622,11 @@ __device__ __forceinline__ int q6t_sc(const uint32_t (&w)[5], int o, int j)
 	return (int)(int8_t)(w[(o + j) >> 2] >> (8 * ((o + j) & 3)));
 }
 
-template <int NST>
+/* QB (a lab form, lever-head-tc): each lane keeps its 32 B words in
+ * registers and the corrections are laid out as the MMA's C, four values a
+ * lane pair (c 2t, 2t + 1 twice), in the B words' place once those are
+ * read: one shared load a group instead of two, and no moves into C. */
+template <int NST, bool QB = false>
 __global__ void __launch_bounds__(GEMV_WARPS * 32, NST == 1 ? 3 : 2)
 gemv_q6k_tc_kernel(const uint8_t *__restrict__ w, int n, int k, const float *__restrict__ x,
 		   float *__restrict__ y)
@@ -657,6 +661,7 @@ gemv_q6k_tc_kernel(const uint8_t *__restrict__ w, int n, int k, const float *__r
 	/* B: lane l takes group (l >> 4, l & 15) of the warp's two blocks, its
 	 * 16 values rotated by 2 in the odd block (q6t_word's order) */
 	float sinv;
+	uint32_t breg[QB ? 32 : 1];
 	{
 		const int ob = lane >> 4;
 		const float *xg = x + 512 * warp + 16 * lane;
@@ -686,8 +691,21 @@ gemv_q6k_tc_kernel(const uint8_t *__restrict__ w, int n, int k, const float *__r
 				sum[c] = __dp4a((int)l[3 - c], 0x01010101, sum[c]);
 			}
 		}
-		*reinterpret_cast<int4 *>(cs + (warp * 32 + lane) * 4) =
-			make_int4(-32 * sum[0], -32 * sum[1], -32 * sum[2], -32 * sum[3]);
+		if (!QB)
+			*reinterpret_cast<int4 *>(cs + (warp * 32 + lane) * 4) =
+				make_int4(-32 * sum[0], -32 * sum[1], -32 * sum[2], -32 * sum[3]);
+		__syncwarp();
+		if (QB) {
+			/* the words into registers, then the corrections as C quads
+			 * [group][lane pair][4] over them */
+#pragma unroll
+			for (int gi = 0; gi < 32; gi++)
+				breg[gi] = Bs[warp * 32 * 16 + 16 * gi + (lane & 15)];
+			__syncwarp();
+			int4 *q = reinterpret_cast<int4 *>(Bs + warp * 32 * 16) + 2 * lane;
+			q[0] = make_int4(-32 * sum[0], -32 * sum[1], -32 * sum[0], -32 * sum[1]);
+			q[1] = make_int4(-32 * sum[2], -32 * sum[3], -32 * sum[2], -32 * sum[3]);
+		}
 	}
 	__syncwarp();
 
@@ -697,6 +715,7 @@ gemv_q6k_tc_kernel(const uint8_t *__restrict__ w, int n, int k, const float *__r
 	const uint32_t sel = t ? 0u : 0xffffu;
 	const uint32_t *bwr = Bs + warp * 32 * 16 + (lane & 15);
 	const int *cwr = cs + warp * 32 * 4 + 2 * (t & 1);
+	const int4 *qwr = reinterpret_cast<const int4 *>(Bs + warp * 32 * 16) + (t & 1);
 	for (int i = 0;; i++) {
 		const int tile = blockIdx.x + i * gridDim.x;
 		if (tile >= ntile)
@@ -732,10 +751,16 @@ gemv_q6k_tc_kernel(const uint8_t *__restrict__ w, int n, int k, const float *__r
 #pragma unroll
 					for (int q = 0; q < 4; q++) {
 						const int G = 8 * hh + 2 * q + sub, gi = 16 * ob + G;
-						const int2 c = *reinterpret_cast<const int2 *>(cwr + 4 * gi);
-						int d[4];
-						x4m::mma16816_u8s8(d, q6t_codes(q, ag, bg, hg), q6t_codes(q, ah, bh, hq), bwr[16 * gi],
-								   c.x, c.y);
+						int c[4], d[4];
+						if (QB) {
+							const int4 c4 = qwr[2 * gi];
+							c[0] = c4.x, c[1] = c4.y, c[2] = c4.z, c[3] = c4.w;
+						} else {
+							const int2 c2 = *reinterpret_cast<const int2 *>(cwr + 4 * gi);
+							c[0] = c2.x, c[1] = c2.y, c[2] = c2.x, c[3] = c2.y;
+						}
+						x4m::mma16816_u8s8(d, q6t_codes(q, ag, bg, hg), q6t_codes(q, ah, bh, hq),
+								   QB ? breg[gi] : bwr[16 * gi], c);
 						const int sg = q6t_sc(swg, 2 * ob, G), sh = q6t_sc(swh, 2 * ob, G);
 						ig[0] += sg * d[0], ig[1] += sg * d[1];
 						ih[0] += sh * d[2], ih[1] += sh * d[3];
@@ -767,32 +792,32 @@ namespace {
 std::atomic<int> q6k_tc{ 0 }; /* x4k_q6k_tc_set */
 }
 
-extern "C" void x4k_q6k_tc_set(int on) { q6k_tc.store(on == 1 || on == 2 ? on : 0); }
+extern "C" void x4k_q6k_tc_set(int on) { q6k_tc.store(on >= 1 && on <= 3 ? on : 0); }
 
 extern "C" int x4k_q6k_tc_get(void) { return q6k_tc.load(); }
 
 /* gemv_q6k_tc_kernel<NST> for a shape it takes on a card that takes it (a
  * grid of as many blocks as the card holds at once, at most a tile each);
  * false sends the caller to the other forms. */
-template <int NST>
+template <int NST, bool QB = false>
 static bool gemv_q6k_tc(const uint8_t *w, int n, int k, const float *x, float *y, cudaStream_t s)
 {
 	static std::atomic<size_t> set[64];
 	const size_t smem = q6t_smem_bytes(k, NST);
 	if (k % 512 || k / 512 > GEMV_WARPS || ((uintptr_t)w & 15) || ((uintptr_t)x & 15) ||
-	    !tcv::smem_ready(gemv_q6k_tc_kernel<NST>, smem, set))
+	    !tcv::smem_ready(gemv_q6k_tc_kernel<NST, QB>, smem, set))
 		return false;
 	int dev = 0, sms = 0, bps = 0;
 	if (cudaGetDevice(&dev) != cudaSuccess ||
 	    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
-	    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&bps, gemv_q6k_tc_kernel<NST>, k / 512 * 32, smem) !=
+	    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&bps, gemv_q6k_tc_kernel<NST, QB>, k / 512 * 32, smem) !=
 		    cudaSuccess || bps < 1) {
 		(void)cudaGetLastError();
 		return false;
 	}
 	const int tiles = (n + 15) / 16;
 	const unsigned blocks = (unsigned)min(tiles, bps * sms);
-	x4p::launch(gemv_q6k_tc_kernel<NST>, dim3(blocks), dim3(k / 512 * 32), smem, s, w, n, k, x, y);
+	x4p::launch(gemv_q6k_tc_kernel<NST, QB>, dim3(blocks), dim3(k / 512 * 32), smem, s, w, n, k, x, y);
 	return true;
 }
 
@@ -819,7 +844,8 @@ extern "C" int x4k_gemv(int type, const void *w, int n, int k, const float *x, f
 			const int rows = q6k_rows.load(); /* the largest form the card takes */
 			const int tc = q6k_tc.load(); /* TEMPORARY (lever-head-tc) */
 			if (!(tc == 1 && gemv_q6k_tc<Q6T_NST>(wb, n, k, x, y, s)) &&
-			    !(tc == 2 && gemv_q6k_tc<1>(wb, n, k, x, y, s)) && !(rows >= 4 && gemv_q6k_rows<4>(wb, n, k, x, y, s)) &&
+			    !(tc == 2 && gemv_q6k_tc<1>(wb, n, k, x, y, s)) &&
+			    !(tc == 3 && gemv_q6k_tc<Q6T_NST, true>(wb, n, k, x, y, s)) && !(rows >= 4 && gemv_q6k_rows<4>(wb, n, k, x, y, s)) &&
 			    !(rows >= 2 && gemv_q6k_rows<2>(wb, n, k, x, y, s)))
 				x4p::launch(gemv_q6k_kernel, grid, block, 0, s, wb, n, k, x, y);
 		} else

@@ -124,16 +124,16 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], 
 	    : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-/* d = A . B + C, u8 A and s8 B, s32 accumulate (m16n8k16; the Q6_K head's
+/* d = A . B + c, u8 A and s8 B, s32 accumulate (m16n8k16; the Q6_K head's
  * codes against x's 8-bit limbs): a0 holds A[g][4c .. 4c + 3], a1
  * A[g + 8][4c ..], a byte each, the lowest first; b holds B[4c .. 4c +
- * 3][g]; d as C of the fp32 form, here C's rows g and g + 8 both c0, c1. */
-__device__ __forceinline__ void mma16816_u8s8(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t b, int c0, int c1)
+ * 3][g]; c and d as C of the fp32 form. */
+__device__ __forceinline__ void mma16816_u8s8(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t b, const int (&c)[4])
 {
 	asm("mma.sync.aligned.m16n8k16.row.col.s32.u8.s8.s32 {%0, %1, %2, %3}, {%4, %5}, {%6}, "
-	    "{%7, %8, %7, %8};\n"
+	    "{%7, %8, %9, %10};\n"
 	    : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
-	    : "r"(a0), "r"(a1), "r"(b), "r"(c0), "r"(c1));
+	    : "r"(a0), "r"(a1), "r"(b), "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3]));
 }
 
 /* a * b + c on two packed BF16, rounded to nearest. */

@@ -168,7 +168,9 @@ int x4k_q6k_rows_get(void);
 /* TEMPORARY (lever-head-tc): 1 sends x4k_gemv's Q6_K product to the tensor
  * cores where the card and shape allow (gemv_q6k_tc_kernel: sm_80, k % 512
  * == 0, k <= 4096, 16-byte aligned weights and x), two tiles in flight a
- * block; 2 the same with one (three blocks an SM); 0 (the default) never.
+ * block; 2 the same with one (three blocks an SM); 3 as 1 with B in
+ * registers and the corrections as C quads (a lab form); 0 (the default)
+ * never.
  * Not the same bits as the other forms (the same from either tc form). */
 void x4k_q6k_tc_set(int on);
 int x4k_q6k_tc_get(void);

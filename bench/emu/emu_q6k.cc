@@ -8,9 +8,9 @@
  * one buffer listed; placed 0, 4, 8 or 12 bytes past a 16-byte boundary,
  * so that a warp's span starts and ends ragged); both against a float64
  * reference from the same bytes at the kernel tests' rule.  And
- * gemv_q6k_tc_kernel (the tensor cores: the MMA emulated exactly) against
- * the same reference and rule, with the same bits from one block and two,
- * in order and late.  The sums here
+ * gemv_q6k_tc_kernel (the tensor cores: the MMA emulated exactly) in its
+ * three forms against the same reference and rule, with the same bits from
+ * each, from one block and two, in order and late.  The sums here
  * are the GPU's: fp32 FMAs and adds rounded as on the device.  Run by
  * tests/tool_emu_q6k.sh in make test. */
 #include "cuda_runtime.h" /* emu_cuda.h: before blockfmt.h, built with -D__CUDACC__ */
@@ -128,37 +128,39 @@ static void q6k_case(int n, int k, int off)
 		}
 	if (k % 512 || off)
 		return; /* the tensor-core form's shapes: 16-byte aligned, k % 512 == 0 */
-	/* the tensor-core form, two tiles in flight a block and one: one block
-	 * walking every tile, then two (the second from tile 1), in order and
-	 * late; the same bits each way */
+	/* the tensor-core form, two tiles in flight a block, one, and two with
+	 * B in registers (form 3): one block walking every tile, then two (the
+	 * second from tile 1), in order and late; the same bits each way */
 	std::vector<float> first(n);
-	for (int nst = 2; nst >= 1; nst--)
+	for (int form = 1; form <= 3; form++)
 		for (unsigned grid = 1; grid <= 2; grid++)
 			for (unsigned sched = 0; sched <= 1; sched++) {
 				memset(y.data(), 0xff, (size_t)n * 4);
 				emu_smem = q6t_smem;
-				SMEM = q6t_smem_bytes(k, nst);
+				SMEM = q6t_smem_bytes(k, form == 2 ? 1 : 2);
 				late_copies = sched != 0;
 				body = [&] {
-					if (nst == 2)
+					if (form == 1)
 						gemv_q6k_tc_kernel<2>(w, n, k, x, y.data());
-					else
+					else if (form == 2)
 						gemv_q6k_tc_kernel<1>(w, n, k, x, y.data());
+					else
+						gemv_q6k_tc_kernel<2, true>(w, n, k, x, y.data());
 				};
 				for (unsigned b = 0; b < grid; b++)
 					run_block(dim3(grid), dim3(k / 512 * 32), uint3{ b, 0, 0 },
 						  sched ? 11u * n + k + 131 * b : 0);
-				snprintf(nm, sizeof nm, "gemv Q6_K tensor cores (%d in flight) n %d k %d, %u block%s%s", nst, n,
-					 k, grid, grid > 1 ? "s" : "", sched ? " late copies" : "");
+				snprintf(nm, sizeof nm, "gemv Q6_K tensor cores (form %d) n %d k %d, %u block%s%s", form, n, k,
+					 grid, grid > 1 ? "s" : "", sched ? " late copies" : "");
 				check(nm, y.data(), ref, mag);
-				if (nst == 2 && grid == 1 && !sched) {
+				if (form == 1 && grid == 1 && !sched) {
 					first = y;
 					continue;
 				}
 				int d = 0;
 				while (d < n && !memcmp(&y[d], &first[d], 4))
 					d++;
-				snprintf(nm, sizeof nm, "gemv Q6_K tensor cores (%d in flight), %u block%s%s = 2, 1 block", nst,
+				snprintf(nm, sizeof nm, "gemv Q6_K tensor cores (form %d), %u block%s%s = form 1, 1 block", form,
 					 grid, grid > 1 ? "s" : "", sched ? " late copies" : "");
 				report(d == n, nm, "n %d k %d: %s row %d", n, k,
 				       d == n ? "the same bits to the last" : "differs at", d == n ? n - 1 : d);

@@ -379,8 +379,7 @@ void emu_mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b
 
 /* mma.m16n8k16.row.col.s32.u8.s8.s32: A 16x16 u8 (lane l, g = l/4, t = l%4:
  * a0's bytes A[g][4t + i], a1's A[g + 8][4t + i]), B 16x8 s8 (b's bytes
- * B[4t + i][g]), C (rows g and g + 8 the same two values here) and D s32
- * in the fp32 form's places; exact (wrapping as
+ * B[4t + i][g]), C and D s32 in the fp32 form's places; exact (wrapping as
  * the hardware's s32 would; the kernels' sums never come near). */
 static void mma_u8s8_c(emu_warp &w)
 {
@@ -407,9 +406,9 @@ static void mma_u8s8_c(emu_warp &w)
 		}
 	}
 }
-void emu_mma_u8s8(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t b, int c0, int c1)
+void emu_mma_u8s8(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t b, const int (&c)[4])
 {
-	uint32_t in[7] = { a0, a1, b, (uint32_t)c0, (uint32_t)c1, (uint32_t)c0, (uint32_t)c1 }, out[4];
+	uint32_t in[7] = { a0, a1, b, (uint32_t)c[0], (uint32_t)c[1], (uint32_t)c[2], (uint32_t)c[3] }, out[4];
 	warp_op(15, in, 7, out, 4, mma_u8s8_c);
 	for (int r = 0; r < 4; r++)
 		d[r] = (int)out[r];

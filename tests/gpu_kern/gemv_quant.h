@@ -260,10 +260,10 @@ static void run_q6k_rows(int n, int k, int off, uint64_t seed)
 	}
 	x4k_q6k_rows_set(was);
 	/* TEMPORARY (lever-head-tc): the tensor-core form, with two tiles in
-	 * flight a block and with one: the same bits (where the shape is not
-	 * its own, the form above) */
-	float *yt[2];
-	for (int i = 0; i < 2; i++) { /* two tiles in flight a block, then one */
+	 * flight a block, with one, and with B in registers: the same bits
+	 * (where the shape is not its own, the form above) */
+	float *yt[3];
+	for (int i = 0; i < 3; i++) { /* x4k_q6k_tc_set's forms 1, 2, 3 */
 		yt[i] = hmalloc(yb);
 		x4k_q6k_tc_set(1 + i);
 		poison(dy, yb);
@@ -290,14 +290,17 @@ static void run_q6k_rows(int n, int k, int off, uint64_t seed)
 			}
 		}
 		compare("gemv_q6k tensor cores", cas, yt[0], ref, mag, (size_t)n);
-		size_t d = 0;
-		while (d < (size_t)n && !memcmp(&yt[1][d], &yt[0][d], 4))
-			d++;
-		T_OK(d == (size_t)n, "gemv_q6k tensor cores, 1 in flight = 2, bit for bit", "%s: row %zu", cas, d);
+		for (int i = 1; i < 3; i++) {
+			size_t d = 0;
+			while (d < (size_t)n && !memcmp(&yt[i][d], &yt[0][d], 4))
+				d++;
+			T_OK(d == (size_t)n, i == 1 ? "gemv_q6k tensor cores, 1 in flight = 2, bit for bit"
+					  : "gemv_q6k tensor cores, B in registers = in shared memory, bit for bit",
+			     "%s: row %zu", cas, d);
+		}
 	}
 	for (int i = 0; i < 3; i++)
-		free(y[i]);
-	free(yt[0]), free(yt[1]);
+		free(y[i]), free(yt[i]);
 	x4_dev_free(dw), x4_dev_free(dx), x4_dev_free(dy);
 	free(w), free(x), free(ref), free(mag);
 }

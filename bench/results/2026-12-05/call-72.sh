@@ -6,7 +6,7 @@
 # limbs, the -32 in the MMA's C; a grid the card holds at once walking
 # 16-row tiles, two in flight a block).  Section 40 found the one-shot
 # form (main) bound by its instructions, ~157 us of its 161 at 512; this
-# form's loop is 792 SASS instructions for a lane's 256 weights (3.1 a
+# form's loop is 795 SASS instructions for a lane's 256 weights (3.1 a
 # weight) against the rows form's 745 for 128 (5.8; static counts, sm_90).
 #   checks: gpu_kern gemv_q6k_rows (the tc form against the float64
 #     reference by the kernel tests' rule, both forms the same bits, 1 to
@@ -17,7 +17,9 @@
 #     order), then the small preset's logits with headtc against the
 #     default's (helper_cmp_logits at 1e-4: tokens and max row error);
 #   lab: build/bench/gemv new, output_head rows new (main's), tc (two
-#     tiles in flight a block, two blocks an SM) and tc1 (one, three);
+#     tiles in flight a block, two blocks an SM), tc1 (one, three) and tcr
+#     (tc with B in registers and the corrections loaded as the MMA's C:
+#     700 loop instructions against 795, 108 registers);
 #   step: x4-bench-abab arm a main's head, arm b headtc, at 512 and 4,096
 #     (3 pairs), and headtc1 at 512 (2 pairs); x4-profile at 512 of main's
 #     head and headtc, side by side.
