@@ -51,7 +51,7 @@ for a in block headtc; do
 	echo "profile $a rc=$? ($((SECONDS-t0)) s)"
 done
 python3 bench/profile_diff.py "$OUT/x/prof-512-block.tsv" "$OUT/x/prof-512-headtc.tsv" 2>&1 | head -12
-timeout $((590 - (SECONDS - t0))) compute-sanitizer --tool memcheck --print-limit 5 \
+timeout $((570 - (SECONDS - t0))) compute-sanitizer --tool memcheck --print-limit 5 \
 	build/tests/gpu_kern gemv_q6k_rows >"$OUT/x/memcheck-q6k.txt" 2>&1
 echo "memcheck rc=$? ($((SECONDS-t0)) s): $(grep -E 'ERROR SUMMARY' "$OUT/x/memcheck-q6k.txt" | tail -n 1)"
 call_end
