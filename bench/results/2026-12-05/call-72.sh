@@ -11,8 +11,8 @@
 #   checks: gpu_kern gemv_q6k_rows (the tc form against the float64
 #     reference by the kernel tests' rule, both forms the same bits, 1 to
 #     131,072 rows, k 512 to 4,096) and gemv, head; compute-sanitizer
-#     memcheck on gemv_q6k_rows (its 131,072-row case is slow: a time
-#     limit); the golden digests with the default and with --copy headtc
+#     memcheck on the tensor-core form's part tiles at k 3,584 and 4,096
+#     (gemv_q6k_rows' cases of 1,061 and 2,053 rows); the golden digests with the default and with --copy headtc
 #     (the logits' bits move: the sums are exact integers, not fp32's
 #     order), then the small preset's logits with headtc against the
 #     default's (helper_cmp_logits at 1e-4: tokens and max row error);
@@ -22,7 +22,9 @@
 #     700 loop instructions against 795, 108 registers);
 #   step: x4-bench-abab arm a main's head, arm b headtc, at 512 and 4,096
 #     (3 pairs), and headtc1 at 512 (2 pairs); x4-profile at 512 of main's
-#     head and headtc, side by side.
+#     head and headtc, side by side; Nsight Compute on one tc launch in the
+#     lab (a profiled run, not a speed: where its time goes if it is not at
+#     the ceiling).
 set -u
 . bench/call-lib.sh
 call_begin
@@ -51,7 +53,14 @@ for a in block headtc; do
 	echo "profile $a rc=$? ($((SECONDS-t0)) s)"
 done
 python3 bench/profile_diff.py "$OUT/x/prof-512-block.tsv" "$OUT/x/prof-512-headtc.tsv" 2>&1 | head -12
-timeout $((570 - (SECONDS - t0))) compute-sanitizer --tool memcheck --print-limit 5 \
-	build/tests/gpu_kern gemv_q6k_rows >"$OUT/x/memcheck-q6k.txt" 2>&1
-echo "memcheck rc=$? ($((SECONDS-t0)) s): $(grep -E 'ERROR SUMMARY' "$OUT/x/memcheck-q6k.txt" | tail -n 1)"
+for c in "rows 1061 cols 3584 offset 0" "rows 2053 cols 4096 offset 0"; do
+	timeout 60 compute-sanitizer --tool memcheck --print-limit 5 build/tests/gpu_kern "gemv_q6k_rows:$c" \
+		>>"$OUT/x/memcheck-q6k.txt" 2>&1
+	echo "memcheck $c rc=$? ($((SECONDS-t0)) s): $(grep -E 'ERROR SUMMARY' "$OUT/x/memcheck-q6k.txt" | tail -n 1)"
+done
+timeout $((570 - (SECONDS - t0))) ncu --set full --clock-control none -k regex:gemv_q6k_tc -c 1 \
+	build/bench/gemv new >"$OUT/x/ncu-tc.txt" 2>&1
+echo "ncu rc=$? ($((SECONDS-t0)) s)"
+grep -E "^\s+(Duration|DRAM Throughput|Memory Throughput|Issue Slots Busy|Eligible Warps|Registers Per|Achieved Occupancy)" \
+	"$OUT/x/ncu-tc.txt" | head -8
 call_end
