@@ -8,8 +8,12 @@
 #                              (unless there); `wait` before a step that needs it
 #   call_levers NAME CTX PAIRS TIMEOUT LEVERS
 #                              bench/gpu-session.sh levers (x4-bench-abab, one "A|B"
-#                              a line of LEVERS, warm-up 1) into $OUT/x/NAME, its lines
+#                              a line of LEVERS, warm-up 1) into $OUT/x/NAME, its lines;
+#                              TIMEOUT is cut to what is left before CALL_END
+#   CALL_END                   seconds into the call by which its steps end (570), so
+#                              that call_end packs inside the device's 600
 #   call_end                   pack $OUT/x and say how long the call took
+CALL_END=570
 call_begin() {
 	t0=$SECONDS
 	mkdir -p "$OUT/x"
@@ -24,8 +28,10 @@ call_full_bg() {
 		(bin/x4-synth --preset full --seed 1 -o /tmp/x4-full >/dev/null 2>&1) &
 }
 call_levers() {
+	local lim=$(($4 < CALL_END - (SECONDS - t0) ? $4 : CALL_END - (SECONDS - t0)))
+	[ "$lim" -gt 0 ] || { echo "levers $1: no time left"; return; }
 	OUT="$OUT/x/$1" LEVER_CTX="$2" LEVER_PAIRS="$3" LEVER_WARMUP=1 LEVERS="$5" \
-		timeout "$4" bash bench/gpu-session.sh levers >"$OUT/x/$1.txt" 2>&1
+		timeout "$lim" bash bench/gpu-session.sh levers >"$OUT/x/$1.txt" 2>&1
 	echo "levers $1 rc=$? ($((SECONDS - t0)) s)"
 	grep "ctx" "$OUT/x/$1.txt"
 }
