@@ -58,7 +58,7 @@ for c in "rows 1061 cols 3584 offset 0" "rows 2053 cols 4096 offset 0"; do
 		>>"$OUT/x/memcheck-q6k.txt" 2>&1
 	echo "memcheck $c rc=$? ($((SECONDS-t0)) s): $(grep -E 'ERROR SUMMARY' "$OUT/x/memcheck-q6k.txt" | tail -n 1)"
 done
-timeout $((570 - (SECONDS - t0))) ncu --set full --clock-control none -k regex:gemv_q6k_tc -c 1 \
+timeout $((CALL_END - (SECONDS - t0))) ncu --set full --clock-control none -k regex:gemv_q6k_tc -c 1 \
 	build/bench/gemv new >"$OUT/x/ncu-tc.txt" 2>&1
 echo "ncu rc=$? ($((SECONDS-t0)) s)"
 grep -E "^\s+(Duration|DRAM Throughput|Memory Throughput|Issue Slots Busy|Eligible Warps|Registers Per|Achieved Occupancy)" \
