@@ -28,7 +28,7 @@
 set -u
 . bench/call-lib.sh
 call_begin
-call_build all tests build/bench/gemv
+call_build all tests build/bench/gemv build/bench/mma_rate
 call_full_bg
 for t in gemv_q6k_rows gemv head; do
 	build/tests/gpu_kern $t >"$OUT/x/kern-$t.txt" 2>&1
@@ -38,6 +38,8 @@ done
 grep -E "tensor cores.*(worst|parity)" "$OUT/x/kern-gemv_q6k_rows.txt" | head -4
 timeout 120 build/bench/gemv new >"$OUT/x/lab-gemv.tsv" 2>"$OUT/x/lab-gemv.err"
 echo "lab rc=$? ($((SECONDS-t0)) s)"; grep -E "output_head" "$OUT/x/lab-gemv.tsv" | cut -f1-8
+timeout 30 build/bench/mma_rate new >"$OUT/x/lab-mma_rate.tsv" 2>"$OUT/x/lab-mma_rate.err"
+echo "mma_rate rc=$?"; cut -f2,3,5,8 "$OUT/x/lab-mma_rate.tsv"
 echo "golden, default:"; bash bench/results/2026-12-03/golden.sh
 cp /tmp/g-small.npy /tmp/g-small-block.npy; cp /tmp/g-small-greedy.json /tmp/g-small-block.json
 echo "golden, --copy headtc:"; bash bench/results/2026-12-03/golden.sh --copy headtc
