@@ -107,7 +107,7 @@ typedef void *cudaStream_t;
 typedef void *cudaEvent_t; /* x4_kern.h names it (x4k_side) */
 enum cudaError_t { cudaSuccess = 0, cudaErrorInvalidValue = 1 };
 enum cudaDeviceAttr { cudaDevAttrComputeCapabilityMajor, cudaDevAttrComputeCapabilityMinor,
-		      cudaDevAttrMaxSharedMemoryPerBlockOptin };
+		      cudaDevAttrMaxSharedMemoryPerBlockOptin, cudaDevAttrMultiProcessorCount };
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize };
 enum cudaLaunchAttributeID { cudaLaunchAttributeProgrammaticStreamSerialization };
 struct cudaLaunchAttributeValue { int programmaticStreamSerializationAllowed; };
@@ -118,6 +118,11 @@ struct cudaDeviceProp { char name[256]; int multiProcessorCount, l2CacheSize; };
 inline cudaError_t cudaGetDevice(int *d) { *d = 0; return cudaSuccess; }
 inline cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr, int) { *v = 0; return cudaSuccess; }
 template <class K> inline cudaError_t cudaFuncSetAttribute(K, cudaFuncAttribute, int) { return cudaSuccess; }
+template <class K> inline cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *n, K, int, size_t)
+{
+	*n = 1;
+	return cudaSuccess;
+}
 template <class K, class... A> inline cudaError_t cudaLaunchKernelEx(const cudaLaunchConfig_t *, K, A...) { return cudaSuccess; }
 inline cudaError_t cudaGetLastError() { return cudaSuccess; }
 inline const char *cudaGetErrorString(cudaError_t) { return "emu"; }

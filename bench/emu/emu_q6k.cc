@@ -17,7 +17,8 @@
 #include "x4_kern.h"
 #include "quant_dev.cuh"
 #include "mma_dev.cuh"
-#include "gemv_tc.cuh" /* the tensor-core form's limbs (tc8's) */
+#include "gemv_tc.cuh"
+#include "gemv_q6k_tc.cuh" /* the tensor-core form */
 
 using namespace x4d;
 #include "gemv_quant.cu.inc"
@@ -25,8 +26,11 @@ using namespace x4d;
 /* the rows form's dynamic shared memory: x and 8 spans of 4 rows at k 4096 */
 alignas(16) uint8_t q6r_smem[q6r_x_bytes(Q6_KMAX) + GEMV_WARPS * q6r_span_bytes(4, Q6_KMAX / 256 * 210)];
 
-/* the tensor-core form's: Q6T_NST tiles of 16 rows, B and the sums at k 4096 */
-alignas(16) uint8_t q6t_smem[q6t_smem_bytes(Q6_KMAX, Q6T_NST)];
+/* the tensor-core form's (its kernel's namespace): q6t::NST tiles of 16 rows,
+ * B and the sums at k 4096 */
+namespace q6t {
+alignas(16) uint8_t q6t_smem[smem_bytes(Q6_KMAX, NST)];
+}
 
 #include "emu_rt.h"
 
@@ -136,16 +140,16 @@ static void q6k_case(int n, int k, int off)
 		for (unsigned grid = 1; grid <= 2; grid++)
 			for (unsigned sched = 0; sched <= 1; sched++) {
 				memset(y.data(), 0xff, (size_t)n * 4);
-				emu_smem = q6t_smem;
-				SMEM = q6t_smem_bytes(k, form == 2 ? 1 : 2);
+				emu_smem = q6t::q6t_smem;
+				SMEM = q6t::smem_bytes(k, form == 2 ? 1 : 2);
 				late_copies = sched != 0;
 				body = [&] {
 					if (form == 1)
-						gemv_q6k_tc_kernel<2>(w, n, k, x, y.data());
+						q6t::gemv_q6k_tc_kernel<2>(w, n, k, x, y.data());
 					else if (form == 2)
-						gemv_q6k_tc_kernel<1>(w, n, k, x, y.data());
+						q6t::gemv_q6k_tc_kernel<1>(w, n, k, x, y.data());
 					else
-						gemv_q6k_tc_kernel<2, true>(w, n, k, x, y.data());
+						q6t::gemv_q6k_tc_kernel<2, true>(w, n, k, x, y.data());
 				};
 				for (unsigned b = 0; b < grid; b++)
 					run_block(dim3(grid), dim3(k / 512 * 32), uint3{ b, 0, 0 },

@@ -7,14 +7,13 @@ here = os.path.dirname(os.path.abspath(__file__))
 src = sys.argv[1]
 out = sys.argv[2] if len(sys.argv) > 2 else os.path.join(here, 'kern')
 names = ['core_dev.cuh', 'pdl.cuh', 'mma_dev.cuh', 'mla_attn.cuh', 'mla_mma_dev.cuh', 'mla_mma.cuh',
-         'mla_prefill_mma.cuh', 'quant_dev.cuh', 'gemm_mma.cuh', 'moe_route_dev.cuh', 'gemv_tc.cuh']
+         'mla_prefill_mma.cuh', 'quant_dev.cuh', 'gemm_mma.cuh', 'moe_route_dev.cuh', 'gemv_tc.cuh',
+         'gemv_q6k_tc.cuh']
 # the .cu files' kernels (and what they call, constants too): the gemm core's,
-# and the Q6_K gemv's (the rows form against the staged gemv_kernel, the
-# tensor-core form against float64)
+# and the Q6_K gemv's (the rows form against the staged gemv_kernel)
 units = {'gemm_quant.cu': ['gemm_mma_kernel'], 'moe_experts.cu': ['tile_of', 'moe_gu_mma', 'moe_down_mma'],
          'gemv_quant.cu': ['gemv_kernel', 'Q6_KMAX', 'q6r_x_bytes', 'q6r_span_bytes', 'copy16', 'copy4',
-                           'copy_wait', 'span_copy', 'gemv_q6k_rows_kernel', 'Q6T_NST', 'q6t_smem_bytes',
-                           'q6t_word', 'q6t_codes', 'q6t_sc', 'gemv_q6k_tc_kernel']}
+                           'copy_wait', 'span_copy', 'gemv_q6k_rows_kernel']}
 
 
 def extract(s, name, f):

@@ -19,7 +19,7 @@
 #   lab: build/bench/gemv new, output_head rows new (main's), tc (two
 #     tiles in flight a block, two blocks an SM), tc1 (one, three) and tcr
 #     (tc with B in registers and the corrections loaded as the MMA's C:
-#     700 loop instructions against 795, 108 registers);
+#     697 loop instructions against 795, 110 registers);
 #   step: x4-bench-abab arm a main's head, arm b headtc, at 512 and 4,096
 #     (3 pairs), and headtc1 at 512 (2 pairs); x4-profile at 512 of main's
 #     head and headtc, side by side; Nsight Compute on one tc launch in the
