@@ -159,8 +159,8 @@ const char x4t_trunk_help[] =
 "                          model's shape)\n"
 "      --gemm G            GPU products: mma (default: tensor cores on sm_80 and\n"
 "                          later, fp32-accurate: the prefill's, and the decode\n"
-"                          step's IQ4_NL ones) or fma (the CUDA-core kernels\n"
-"                          everywhere, for comparison)\n"
+"                          step's IQ4_NL ones and LM head) or fma (the CUDA-core\n"
+"                          kernels everywhere, for comparison)\n"
 "      --copy C            GPU decode: how the IQ4_NL tensor-core products copy\n"
 "                          their weights: block (default: a block's rows as one\n"
 "                          contiguous span) or warp (each warp its own slice,\n"
@@ -198,7 +198,7 @@ bool x4t_trunk_opt(int c, const char *arg, x4_trunk_opts *o)
 	static const char *const onoff[] = { "on", "off" };
 	static const char *const attn[] = { "fp32", "mma", "auto" };   /* enum x4_attn */
 	static const char *const gemm[] = { "mma", "fma" };            /* enum x4_gemm */
-	static const char *const copy[] = { "block", "warp", "headtc", "headtc1" }; /* TEMPORARY (lever-head-tc) */
+	static const char *const copy[] = { "block", "warp" };         /* warp_copy */
 	switch (c) {
 	case X4T_O_MAXLEN: o->max_ctx = (int)x4t_long(arg, 1, INT_MAX, "--max-model-len"); break;
 	case X4T_O_RESID: o->resid = pick("--resid", arg, resid, 3); break;
@@ -212,7 +212,7 @@ bool x4t_trunk_opt(int c, const char *arg, x4_trunk_opts *o)
 	case X4T_O_PDL: o->pdl = pick("--pdl", arg, onoff, 2) == 0; break;
 	case X4T_O_ATTN: o->attn = pick("--attn", arg, attn, 3); break;
 	case X4T_O_GEMM: o->gemm = pick("--gemm", arg, gemm, 2); break;
-	case X4T_O_COPY: o->warp_copy = pick("--copy", arg, copy, 4); break;
+	case X4T_O_COPY: o->warp_copy = pick("--copy", arg, copy, 2) == 1; break;
 	default: return false;
 	}
 	return true;
@@ -278,8 +278,7 @@ const char *x4t_kv_name(const x4_trunk_opts *o)
 
 const char *x4t_copy_name(const x4_trunk_opts *o)
 {
-	static const char *const nm[] = { "block", "warp", "headtc", "headtc1" }; /* TEMPORARY (lever-head-tc) */
-	return o->device < 0 ? "n/a" : nm[o->warp_copy];
+	return o->device < 0 ? "n/a" : o->warp_copy ? "warp" : "block";
 }
 
 void x4t_settings(const x4_trunk_opts *o, const x4_sampler_opts *so, char *out, size_t cap)

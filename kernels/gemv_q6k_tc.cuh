@@ -1,8 +1,7 @@
 /*
  * gemv_q6k_tc.cuh - the decode step's Q6_K matrix-vector product (the LM
  * head's: 131,072 rows of 3,584) on the tensor cores, sm_80 and later;
- * gemv_quant.cu's x4k_gemv takes it before its CUDA-core forms where
- * x4k_q6k_tc_set allows.
+ * gemv_quant.cu's x4k_gemv takes it before its CUDA-core forms.
  *
  * gemv_q6k_rows_kernel is held by its instructions, not by its bytes: the
  * 6-bit codes' decode and fp32 sums are ~157 us of the head's 161 at 512
@@ -35,9 +34,12 @@
  * row sums are added in warp order through shared memory: the same bits
  * every run.
  *
- * sm_80 and later; the launcher checks the device (x4m::enabled) and the
- * shape (k % 512 == 0, at most GEMV_WARPS warps, 16-byte aligned w and x).
- * Temporary: on only through x4k_q6k_tc_set (the lever's pricing arm).
+ * sm_80 and later, under the products' switch (x4m::enabled, the trunk's
+ * --gemm), where the shape allows (k % 512 == 0, at most GEMV_WARPS warps,
+ * 16-byte aligned w and x): two tiles in flight a block (two blocks an SM
+ * at the model's k) where the card's shared memory takes them, else one
+ * (x4k_q6k_tc_set picks one for the tests).  Priced on the H200 against
+ * the rows form: bench/RESULTS.md 48.
  */
 #ifndef X4_GEMV_Q6K_TC_CUH
 #define X4_GEMV_Q6K_TC_CUH

@@ -530,7 +530,7 @@ typedef struct x4_trunk_opts {
 	                      on by default */
 	int attn;          /* GPU: enum x4_attn, the decode attention's kernel (auto by default) */
 	int gemm;          /* GPU: enum x4_gemm, the prefill products' core (mma by default) */
-	int warp_copy;     /* TEMPORARY int (lever-head-tc: 2 and 3, the head on the tensor cores, 2 and 1 tiles in flight a block); GPU: the decode step's IQ4_NL tensor-core products copy their
+	bool warp_copy;    /* GPU: the decode step's IQ4_NL tensor-core products copy their
 	                      weights a warp's slice at a time (the arm the default, a block's
 	                      rows as one contiguous span, is priced against; the same bits) */
 	bool no_reserve;   /* GPU, a load option: plan to the last byte, keeping none of

@@ -49,15 +49,15 @@ int main(int argc, char **argv)
 			lab_row(&L, "gemv", "new", nm, (double)wb, lab_time_us(&L, [&] {
 					LAB_X4(x4k_gemv(sh.type, w, sh.n, sh.k, x, y, L.s, &e), e);
 				}));
-		for (int tc = 1; tc <= 3 && L.run_new && sh.type == X4_T_Q6_K; tc++) {
-			/* TEMPORARY (lever-head-tc): the tensor cores, 2 and 1 tiles in
-			 * flight a block, and 2 with B in registers */
+		for (int tc = 1; tc >= -1 && L.run_new && sh.type == X4_T_Q6_K; tc -= 2) {
+			/* the library's other Q6_K forms: the tensor cores with one tile
+			 * in flight a block (tc1), the rows form (rows) */
 			x4k_q6k_tc_set(tc);
-			lab_row(&L, "gemv", tc == 1 ? "tc" : tc == 2 ? "tc1" : "tcr", nm, (double)wb, lab_time_us(&L, [&] {
+			lab_row(&L, "gemv", tc == 1 ? "tc1" : "rows", nm, (double)wb, lab_time_us(&L, [&] {
 					LAB_X4(x4k_gemv(sh.type, w, sh.n, sh.k, x, y, L.s, &e), e);
 				}));
-			x4k_q6k_tc_set(0);
 		}
+		x4k_q6k_tc_set(0);
 		LAB_CK(cudaFree(w));
 		LAB_CK(cudaFree(x));
 		LAB_CK(cudaFree(y));

@@ -534,8 +534,7 @@ static int run(x4_trunk_cuda *t, const int32_t *ids, int n, float *logits, bool 
 	X4_CUDA_TRY(cudaSetDevice(t->dev), "select the CUDA device", e);
 	x4k_pdl_set(t->o.pdl); /* process-wide: a trunk sets its own before it launches */
 	x4k_gemm_mma_set(t->o.gemm == X4_GEMM_MMA); /* likewise */
-	x4k_tc_copy_set(t->o.warp_copy != 1);      /* likewise */
-	x4k_q6k_tc_set(t->o.warp_copy >= 2 ? t->o.warp_copy - 1 : 0); /* TEMPORARY (lever-head-tc): the head on the tensor cores */
+	x4k_tc_copy_set(!t->o.warp_copy);          /* likewise */
 	fwd f = { t, &t->w, c, t->s, 0, e };
 	int rc = 0;
 	for (int done = 0; done < n && !rc; done += t->chunk) {
