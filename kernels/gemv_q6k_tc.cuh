@@ -96,11 +96,8 @@ __device__ __forceinline__ int scale(const uint32_t (&w)[5], int o, int j)
 /* The warp's B words and corrections (its slice x, 512 values) into Bw (the
  * warp's 32 x 16 words) and Cw (32 x 4): lane l takes group (l >> 4, l &
  * 15) of the warp's two blocks, its 16 values rotated by 2 in the odd block
- * (word's order).  QB: each lane's 32 words into breg, then the
- * corrections as C quads [group][lane pair][4] over Bw.  Returns 1/s. */
-template <bool QB>
-__device__ __forceinline__ float build_b(const float *__restrict__ xs, uint32_t *Bw, int *Cw, int lane,
-					 uint32_t (&breg)[QB ? 32 : 1])
+ * (word's order).  Returns 1/s. */
+__device__ __forceinline__ float build_b(const float *__restrict__ xs, uint32_t *Bw, int *Cw, int lane)
 {
 	const int ob = lane >> 4;
 	const float *xg = xs + 16 * lane;
@@ -129,18 +126,7 @@ __device__ __forceinline__ float build_b(const float *__restrict__ xs, uint32_t 
 			sum[c] = __dp4a((int)l[3 - c], 0x01010101, sum[c]);
 		}
 	}
-	if (!QB)
-		*reinterpret_cast<int4 *>(Cw + lane * 4) = make_int4(-32 * sum[0], -32 * sum[1], -32 * sum[2], -32 * sum[3]);
-	__syncwarp();
-	if (QB) {
-#pragma unroll
-		for (int gi = 0; gi < 32; gi++)
-			breg[gi] = Bw[16 * gi + (lane & 15)];
-		__syncwarp();
-		int4 *q = reinterpret_cast<int4 *>(Bw) + 2 * lane;
-		q[0] = make_int4(-32 * sum[0], -32 * sum[1], -32 * sum[0], -32 * sum[1]);
-		q[1] = make_int4(-32 * sum[2], -32 * sum[3], -32 * sum[2], -32 * sum[3]);
-	}
+	*reinterpret_cast<int4 *>(Cw + lane * 4) = make_int4(-32 * sum[0], -32 * sum[1], -32 * sum[2], -32 * sum[3]);
 	__syncwarp();
 	return x4m::pow2f(-e);
 }
@@ -149,10 +135,9 @@ __device__ __forceinline__ float build_b(const float *__restrict__ xs, uint32_t 
  * + 8 (ph) into acc (rows g, g + 8: columns 2t, 2t + 1).  Lanes 16-31 (B's
  * columns 4-7) and t = 2, 3 (D's) repeat columns 0-3: their sums are never
  * read (core8::finish takes t = 1's into t = 0's). */
-template <int OB, bool QB>
+template <int OB>
 __device__ __forceinline__ void block(const uint8_t *pg, const uint8_t *ph, int t, uint32_t sel,
-				      const uint32_t *bwr, const int *cwr, const int4 *qwr,
-				      const uint32_t (&breg)[QB ? 32 : 1], float (&acc)[4])
+				      const uint32_t *bwr, const int *cwr, float (&acc)[4])
 {
 	/* the scales (and, odd, d) from the aligned words at byte 192 - 2 OB */
 	uint32_t swg[5], swh[5];
@@ -175,16 +160,10 @@ __device__ __forceinline__ void block(const uint8_t *pg, const uint8_t *ph, int 
 #pragma unroll
 			for (int q = 0; q < 4; q++) {
 				const int G = 8 * hh + 2 * q + sub, gi = 16 * OB + G;
-				int c[4], d[4];
-				if (QB) {
-					const int4 c4 = qwr[2 * gi];
-					c[0] = c4.x, c[1] = c4.y, c[2] = c4.z, c[3] = c4.w;
-				} else {
-					const int2 c2 = *reinterpret_cast<const int2 *>(cwr + 4 * gi);
-					c[0] = c2.x, c[1] = c2.y, c[2] = c2.x, c[3] = c2.y;
-				}
-				x4m::mma16816_u8s8(d, codes(q, ag, bg, hg), codes(q, ah, bh, hq),
-						   QB ? breg[gi] : bwr[16 * gi], c);
+				const int2 c2 = *reinterpret_cast<const int2 *>(cwr + 4 * gi);
+				const int c[4] = { c2.x, c2.y, c2.x, c2.y };
+				int d[4];
+				x4m::mma16816_u8s8(d, codes(q, ag, bg, hg), codes(q, ah, bh, hq), bwr[16 * gi], c);
 				const int sg = scale(swg, 2 * OB, G), sh = scale(swh, 2 * OB, G);
 				ig[0] += sg * d[0], ig[1] += sg * d[1];
 				ih[0] += sh * d[2], ih[1] += sh * d[3];
@@ -197,11 +176,7 @@ __device__ __forceinline__ void block(const uint8_t *pg, const uint8_t *ph, int 
 }
 #endif /* __CUDA_ARCH__ >= 800 */
 
-/* QB (a lab form, lever-head-tc): each lane keeps its 32 B words in
- * registers and the corrections are laid out as the MMA's C, four values a
- * lane pair (c 2t, 2t + 1 twice), in the B words' place once those are
- * read: one shared load a group instead of two, and no moves into C. */
-template <int NS, bool QB = false>
+template <int NS>
 __global__ void __launch_bounds__(x4d::GEMV_WARPS * 32, NS == 1 ? 3 : 2)
 gemv_q6k_tc_kernel(const uint8_t *__restrict__ w, int n, int k, const float *__restrict__ x,
 		   float *__restrict__ y)
@@ -232,14 +207,12 @@ gemv_q6k_tc_kernel(const uint8_t *__restrict__ w, int n, int k, const float *__r
 		issue(i);
 	x4p::trigger();
 	x4p::wait();
-	uint32_t breg[QB ? 32 : 1];
-	const float sinv = build_b<QB>(x + 512 * warp, Bs + warp * 32 * 16, cs + warp * 32 * 4, lane, breg);
+	const float sinv = build_b(x + 512 * warp, Bs + warp * 32 * 16, cs + warp * 32 * 4, lane);
 
 	const int g = lane >> 2, t = lane & 3;
 	const uint32_t sel = t ? 0u : 0xffffu;
 	const uint32_t *bwr = Bs + warp * 32 * 16 + (lane & 15);
 	const int *cwr = cs + warp * 32 * 4 + 2 * (t & 1);
-	const int4 *qwr = reinterpret_cast<const int4 *>(Bs + warp * 32 * 16) + (t & 1);
 	for (int i = 0;; i++) {
 		const int tile = blockIdx.x + i * gridDim.x;
 		if (tile >= ntile)
@@ -248,8 +221,8 @@ gemv_q6k_tc_kernel(const uint8_t *__restrict__ w, int n, int k, const float *__r
 		__syncthreads(); /* tile i landed, every thread's copies */
 		const uint8_t *pg = q6t_smem + (size_t)(i % NS) * tb + g * rb + 2 * warp * 210;
 		float acc[4] = { 0.f, 0.f, 0.f, 0.f };
-		block<0, QB>(pg, pg + 8 * rb, t, sel, bwr, cwr, qwr, breg, acc);
-		block<1, QB>(pg + 210, pg + 8 * rb + 210, t, sel, bwr, cwr, qwr, breg, acc);
+		block<0>(pg, pg + 8 * rb, t, sel, bwr, cwr, acc);
+		block<1>(pg + 210, pg + 8 * rb + 210, t, sel, bwr, cwr, acc);
 		const float rg = tcv::core8::finish(fmaf(256.f, acc[0], acc[1]), sinv);
 		const float rh = tcv::core8::finish(fmaf(256.f, acc[2], acc[3]), sinv);
 		if (t == 0)
@@ -267,28 +240,28 @@ gemv_q6k_tc_kernel(const uint8_t *__restrict__ w, int n, int k, const float *__r
 #endif
 }
 
-/* gemv_q6k_tc_kernel<NS, QB> for a shape it takes on a card that takes it
+/* gemv_q6k_tc_kernel<NS> for a shape it takes on a card that takes it
  * (a grid of as many blocks as the card holds at once, at most a tile
  * each); false sends the caller to the other forms. */
-template <int NS, bool QB = false>
+template <int NS>
 static bool gemv(const uint8_t *w, int n, int k, const float *x, float *y, cudaStream_t s)
 {
 	static std::atomic<size_t> set[64];
 	const size_t smem = smem_bytes(k, NS);
 	if (k % 512 || k / 512 > x4d::GEMV_WARPS || ((uintptr_t)w & 15) || ((uintptr_t)x & 15) ||
-	    !tcv::smem_ready(gemv_q6k_tc_kernel<NS, QB>, smem, set))
+	    !tcv::smem_ready(gemv_q6k_tc_kernel<NS>, smem, set))
 		return false;
 	int dev = 0, sms = 0, bps = 0;
 	if (cudaGetDevice(&dev) != cudaSuccess ||
 	    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
-	    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&bps, gemv_q6k_tc_kernel<NS, QB>, k / 512 * 32, smem) !=
+	    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&bps, gemv_q6k_tc_kernel<NS>, k / 512 * 32, smem) !=
 		    cudaSuccess || bps < 1) {
 		(void)cudaGetLastError();
 		return false;
 	}
 	const int tiles = (n + 15) / 16;
 	const unsigned blocks = (unsigned)min(tiles, bps * sms);
-	x4p::launch(gemv_q6k_tc_kernel<NS, QB>, dim3(blocks), dim3(k / 512 * 32), smem, s, w, n, k, x, y);
+	x4p::launch(gemv_q6k_tc_kernel<NS>, dim3(blocks), dim3(k / 512 * 32), smem, s, w, n, k, x, y);
 	return true;
 }
 

@@ -132,11 +132,11 @@ static void q6k_case(int n, int k, int off)
 		}
 	if (k % 512 || off)
 		return; /* the tensor-core form's shapes: 16-byte aligned, k % 512 == 0 */
-	/* the tensor-core form, two tiles in flight a block, one, and two with
-	 * B in registers (form 3): one block walking every tile, then two (the
-	 * second from tile 1), in order and late; the same bits each way */
+	/* the tensor-core form, two tiles in flight a block and one: one block
+	 * walking every tile, then two (the second from tile 1), in order and
+	 * late; the same bits each way */
 	std::vector<float> first(n);
-	for (int form = 1; form <= 3; form++)
+	for (int form = 1; form <= 2; form++)
 		for (unsigned grid = 1; grid <= 2; grid++)
 			for (unsigned sched = 0; sched <= 1; sched++) {
 				memset(y.data(), 0xff, (size_t)n * 4);
@@ -146,10 +146,8 @@ static void q6k_case(int n, int k, int off)
 				body = [&] {
 					if (form == 1)
 						q6t::gemv_q6k_tc_kernel<2>(w, n, k, x, y.data());
-					else if (form == 2)
-						q6t::gemv_q6k_tc_kernel<1>(w, n, k, x, y.data());
 					else
-						q6t::gemv_q6k_tc_kernel<2, true>(w, n, k, x, y.data());
+						q6t::gemv_q6k_tc_kernel<1>(w, n, k, x, y.data());
 				};
 				for (unsigned b = 0; b < grid; b++)
 					run_block(dim3(grid), dim3(k / 512 * 32), uint3{ b, 0, 0 },
