@@ -42,6 +42,7 @@
 #include "quant_dev.cuh"
 #include "pdl.cuh"
 #include "gemv_tc.cuh"
+#include "gemv_q6k_tc.cuh"
 #include "mma_dev.cuh"
 
 using namespace x4d;
@@ -546,6 +547,14 @@ static bool gemv_q6k_rows(const uint8_t *w, int n, int k, const float *x, float 
 	return true;
 }
 
+namespace {
+std::atomic<int> q6k_tc{ 0 }; /* x4k_q6k_tc_set */
+}
+
+extern "C" void x4k_q6k_tc_set(int tiles) { q6k_tc.store(tiles == 1 || tiles == 2 || tiles == -1 ? tiles : 0); }
+
+extern "C" int x4k_q6k_tc_get(void) { return q6k_tc.load(); }
+
 extern "C" int x4k_gemv(int type, const void *w, int n, int k, const float *x, float *y,
 			cudaStream_t s, x4_err *e)
 {
@@ -567,7 +576,10 @@ extern "C" int x4k_gemv(int type, const void *w, int n, int k, const float *x, f
 		if (k <= Q6_KMAX && row_bytes(X4_T_Q6_K, k) % 4 == 0 && !((uintptr_t)w & 3) &&
 		    !((uintptr_t)x & 15)) { /* rows 4-byte aligned: an even count of 210-byte blocks */
 			const int rows = q6k_rows.load(); /* the largest form the card takes */
-			if (!(rows >= 4 && gemv_q6k_rows<4>(wb, n, k, x, y, s)) &&
+			const int tc = q6k_tc.load(); /* the tensor cores first, the most tiles the card takes */
+			if (!((tc == 0 || tc == q6t::NST) && q6t::gemv<q6t::NST>(wb, n, k, x, y, s)) &&
+			    !((tc == 0 || tc == 1) && q6t::gemv<1>(wb, n, k, x, y, s)) &&
+			    !(rows >= 4 && gemv_q6k_rows<4>(wb, n, k, x, y, s)) &&
 			    !(rows >= 2 && gemv_q6k_rows<2>(wb, n, k, x, y, s)))
 				x4p::launch(gemv_q6k_kernel, grid, block, 0, s, wb, n, k, x, y);
 		} else

@@ -4,7 +4,8 @@
  * them, and the tensor-core attention (mla_mma_dev.cuh) and the lab's
  * batch-1 products (bench/kernels/tcv.cuh) with them: cp.async into shared
  * memory, ldmatrix, mma.sync m16n8k16 on BF16 and fp16 operands with fp32
- * accumulators, and the packed BF16 fma, compiled for sm_80 and later only
+ * accumulators and on u8 and s8 operands with s32 ones, and the packed BF16
+ * fma, compiled for sm_80 and later only
  * (a kernel that calls them keeps its body under the same guard and its
  * launcher checks the device on the host); and the fp16 hi/lo split of an
  * fp32 value under a power-of-two scale, for any architecture and the host.
@@ -121,6 +122,18 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], 
 	    "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
 	    : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
 	    : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* d = A . B + c, u8 A and s8 B, s32 accumulate (m16n8k16; the Q6_K head's
+ * codes against x's 8-bit limbs): a0 holds A[g][4c .. 4c + 3], a1
+ * A[g + 8][4c ..], a byte each, the lowest first; b holds B[4c .. 4c +
+ * 3][g]; c and d as C of the fp32 form. */
+__device__ __forceinline__ void mma16816_u8s8(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t b, const int (&c)[4])
+{
+	asm("mma.sync.aligned.m16n8k16.row.col.s32.u8.s8.s32 {%0, %1, %2, %3}, {%4, %5}, {%6}, "
+	    "{%7, %8, %9, %10};\n"
+	    : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+	    : "r"(a0), "r"(a1), "r"(b), "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3]));
 }
 
 /* a * b + c on two packed BF16, rounded to nearest. */

@@ -165,6 +165,16 @@ int x4k_tc_copy_get(void);
  * context against 1, 1.005x against 2, bench/RESULTS.md 37). */
 void x4k_q6k_rows_set(int rows);
 int x4k_q6k_rows_get(void);
+/* How x4k_gemv's Q6_K product takes the tensor cores (gemv_q6k_tc_kernel,
+ * process-wide, under the products' switch x4k_gemm_mma_set, on sm_80 and
+ * later where the shape allows: k % 512 == 0, k <= 4096, 16-byte aligned
+ * weights and x): 0 (the default) with two 16-row tiles in flight a block
+ * where the card's shared memory takes them, else one; 2 or 1 that form
+ * only; -1 never (the rows forms above).  Both tile counts give the same
+ * bits, not the rows forms' (docs/numerics.md 1.8); the setting is for the
+ * tests and the lab, which compare the forms. */
+void x4k_q6k_tc_set(int tiles);
+int x4k_q6k_tc_get(void);
 
 /* h = silu(g) * u elementwise, fp32 (docs/numerics.md 1.4: the product is the value that
  * overflows fp16, so it stays fp32 on its way to the down projection). */

@@ -8,7 +8,9 @@
 # are the GPU's (fp32 FMAs and adds, each rounded once), so it checks where
 # there is no GPU (CI) that every row has the same bits at 2 and 4 rows a
 # warp as at 1, in order and under a random schedule, and each against a
-# float64 reference (x4b_decode_row) at the kernel tests' rule;
+# float64 reference (x4b_decode_row) at the kernel tests' rule; and the
+# tensor-core form (kernels/gemv_q6k_tc.cuh, its MMA emulated exactly) in
+# each of its forms against the same reference, with one another's bits;
 # build/tests/gpu_kern checks the same on the GPU.  Prints the emulator's
 # PASS/FAIL lines.
 set -u

@@ -23,10 +23,13 @@ struct float2 { float x, y; };
 struct float4 { float x, y, z, w; };
 struct uint4 { unsigned x, y, z, w; };
 struct uint2 { unsigned x, y; };
+struct alignas(8) int2 { int x, y; };
+struct alignas(16) int4 { int x, y, z, w; };
 inline float2 make_float2(float a, float b) { return float2{ a, b }; }
 inline float4 make_float4(float a, float b, float c, float d) { return float4{ a, b, c, d }; }
 inline uint2 make_uint2(unsigned a, unsigned b) { return uint2{ a, b }; }
 inline uint4 make_uint4(unsigned a, unsigned b, unsigned c, unsigned d) { return uint4{ a, b, c, d }; }
+inline int4 make_int4(int a, int b, int c, int d) { return int4{ a, b, c, d }; }
 
 struct __half { uint16_t x_; };
 struct __half2 { __half x, y; };
@@ -55,6 +58,13 @@ inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s)
 inline unsigned __funnelshift_r(unsigned lo, unsigned hi, unsigned s)
 {
 	return (unsigned)((((uint64_t)hi << 32) | lo) >> (s & 31));
+}
+/* the four signed byte products of a and b added to c */
+inline int __dp4a(int a, int b, int c)
+{
+	for (int i = 0; i < 4; i++)
+		c += (int)(int8_t)(a >> 8 * i) * (int)(int8_t)(b >> 8 * i);
+	return c;
 }
 template <class T> inline T __ldg(const T *p) { return *p; }
 template <class T> inline T __ldcs(const T *p) { return *p; }
@@ -85,6 +95,7 @@ int __shfl_xor_sync(unsigned mask, int v, int m);
 float __shfl_sync(unsigned mask, float v, int src);
 int __shfl_sync(unsigned mask, int v, int src);
 int __shfl_up_sync(unsigned mask, int v, unsigned delta);
+float __shfl_down_sync(unsigned mask, float v, unsigned delta);
 unsigned __match_any_sync(unsigned mask, int v);
 unsigned __reduce_max_sync(unsigned mask, unsigned v);
 unsigned __reduce_min_sync(unsigned mask, unsigned v);
@@ -96,7 +107,7 @@ typedef void *cudaStream_t;
 typedef void *cudaEvent_t; /* x4_kern.h names it (x4k_side) */
 enum cudaError_t { cudaSuccess = 0, cudaErrorInvalidValue = 1 };
 enum cudaDeviceAttr { cudaDevAttrComputeCapabilityMajor, cudaDevAttrComputeCapabilityMinor,
-		      cudaDevAttrMaxSharedMemoryPerBlockOptin };
+		      cudaDevAttrMaxSharedMemoryPerBlockOptin, cudaDevAttrMultiProcessorCount };
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize };
 enum cudaLaunchAttributeID { cudaLaunchAttributeProgrammaticStreamSerialization };
 struct cudaLaunchAttributeValue { int programmaticStreamSerializationAllowed; };
@@ -107,6 +118,11 @@ struct cudaDeviceProp { char name[256]; int multiProcessorCount, l2CacheSize; };
 inline cudaError_t cudaGetDevice(int *d) { *d = 0; return cudaSuccess; }
 inline cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr, int) { *v = 0; return cudaSuccess; }
 template <class K> inline cudaError_t cudaFuncSetAttribute(K, cudaFuncAttribute, int) { return cudaSuccess; }
+template <class K> inline cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *n, K, int, size_t)
+{
+	*n = 1;
+	return cudaSuccess;
+}
 template <class K, class... A> inline cudaError_t cudaLaunchKernelEx(const cudaLaunchConfig_t *, K, A...) { return cudaSuccess; }
 inline cudaError_t cudaGetLastError() { return cudaSuccess; }
 inline const char *cudaGetErrorString(cudaError_t) { return "emu"; }

@@ -9,6 +9,7 @@ void emu_cp_wait(int n);
 void emu_ldsm(uint32_t (&r)[4], uint32_t addr, bool trans);
 void emu_mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1);
 void emu_mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1);
+void emu_mma_u8s8(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t b, const int (&c)[4]);
 uint32_t emu_fma_bf16x2(uint32_t a, uint32_t b, uint32_t c);
 
 __device__ __forceinline__ uint32_t smem_u32(const void *p) { return emu_smem_off(p); }
@@ -29,5 +30,9 @@ __device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], 
 __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
 {
 	emu_mma_bf16(d, a, b0, b1);
+}
+__device__ __forceinline__ void mma16816_u8s8(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t b, const int (&c)[4])
+{
+	emu_mma_u8s8(d, a0, a1, b, c);
 }
 __device__ __forceinline__ uint32_t fma_bf16x2(uint32_t a, uint32_t b, uint32_t c) { return emu_fma_bf16x2(a, b, c); }

@@ -7,19 +7,30 @@
  * wait allows, and copy nothing from outside the rows (its weights are the
  * one buffer listed; placed 0, 4, 8 or 12 bytes past a 16-byte boundary,
  * so that a warp's span starts and ends ragged); both against a float64
- * reference from the same bytes at the kernel tests' rule.  The sums here
+ * reference from the same bytes at the kernel tests' rule.  And
+ * gemv_q6k_tc_kernel (the tensor cores: the MMA emulated exactly) in its
+ * three forms against the same reference and rule, with the same bits from
+ * each, from one block and two, in order and late.  The sums here
  * are the GPU's: fp32 FMAs and adds rounded as on the device.  Run by
  * tests/tool_emu_q6k.sh in make test. */
 #include "cuda_runtime.h" /* emu_cuda.h: before blockfmt.h, built with -D__CUDACC__ */
 #include "x4_kern.h"
 #include "quant_dev.cuh"
 #include "mma_dev.cuh"
+#include "gemv_tc.cuh"
+#include "gemv_q6k_tc.cuh" /* the tensor-core form */
 
 using namespace x4d;
 #include "gemv_quant.cu.inc"
 
 /* the rows form's dynamic shared memory: x and 8 spans of 4 rows at k 4096 */
 alignas(16) uint8_t q6r_smem[q6r_x_bytes(Q6_KMAX) + GEMV_WARPS * q6r_span_bytes(4, Q6_KMAX / 256 * 210)];
+
+/* the tensor-core form's (its kernel's namespace): q6t::NST tiles of 16 rows,
+ * B and the sums at k 4096 */
+namespace q6t {
+alignas(16) uint8_t q6t_smem[smem_bytes(Q6_KMAX, NST)];
+}
 
 #include "emu_rt.h"
 
@@ -119,6 +130,43 @@ static void q6k_case(int n, int k, int off)
 			report(d == n, nm, "n %d k %d offset %d: %s row %d", n, k, off,
 			       d == n ? "the same bits to the last" : "differs at", d == n ? n - 1 : d);
 		}
+	if (k % 512 || off)
+		return; /* the tensor-core form's shapes: 16-byte aligned, k % 512 == 0 */
+	/* the tensor-core form, two tiles in flight a block and one: one block
+	 * walking every tile, then two (the second from tile 1), in order and
+	 * late; the same bits each way */
+	std::vector<float> first(n);
+	for (int form = 1; form <= 2; form++)
+		for (unsigned grid = 1; grid <= 2; grid++)
+			for (unsigned sched = 0; sched <= 1; sched++) {
+				memset(y.data(), 0xff, (size_t)n * 4);
+				emu_smem = q6t::q6t_smem;
+				SMEM = q6t::smem_bytes(k, form == 2 ? 1 : 2);
+				late_copies = sched != 0;
+				body = [&] {
+					if (form == 1)
+						q6t::gemv_q6k_tc_kernel<2>(w, n, k, x, y.data());
+					else
+						q6t::gemv_q6k_tc_kernel<1>(w, n, k, x, y.data());
+				};
+				for (unsigned b = 0; b < grid; b++)
+					run_block(dim3(grid), dim3(k / 512 * 32), uint3{ b, 0, 0 },
+						  sched ? 11u * n + k + 131 * b : 0);
+				snprintf(nm, sizeof nm, "gemv Q6_K tensor cores (form %d) n %d k %d, %u block%s%s", form, n, k,
+					 grid, grid > 1 ? "s" : "", sched ? " late copies" : "");
+				check(nm, y.data(), ref, mag);
+				if (form == 1 && grid == 1 && !sched) {
+					first = y;
+					continue;
+				}
+				int d = 0;
+				while (d < n && !memcmp(&y[d], &first[d], 4))
+					d++;
+				snprintf(nm, sizeof nm, "gemv Q6_K tensor cores (form %d), %u block%s%s = form 1, 1 block", form,
+					 grid, grid > 1 ? "s" : "", sched ? " late copies" : "");
+				report(d == n, nm, "n %d k %d: %s row %d", n, k,
+				       d == n ? "the same bits to the last" : "differs at", d == n ? n - 1 : d);
+			}
 }
 
 int main()
@@ -130,6 +178,9 @@ int main()
 	q6k_case(70, 3584, 0);   /* the head's k: a part chunk */
 	q6k_case(37, 3584, 4);
 	q6k_case(21, 4096, 12);  /* the largest k */
+	q6k_case(16, 512, 0);    /* the tensor-core form: one tile */
+	q6k_case(50, 3584, 0);   /* the head's k, tiles a block 4 and 2, a part tile */
+	q6k_case(33, 4096, 0);   /* 8 warps, a tile of 1 row */
 	printf("# %d passed, %d failed (%ld warp collectives)\n", passes, fails, n_collectives);
 	return fails ? 1 : 0;
 }

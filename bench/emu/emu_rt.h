@@ -157,6 +157,20 @@ int __shfl_up_sync(unsigned mask, int v, unsigned d)
 	warp_op(8, in, 2, &out, 1, shfl_up_c);
 	return (int)out;
 }
+/* shfl.down: lane l takes lane l + d's value; the lanes past 31 - d keep their own */
+static void shfl_down_c(emu_warp &w)
+{
+	for (int l = 0; l < 32; l++)
+		w.out[l][0] = w.in[l + (int)w.in[l][1] < 32 ? l + (int)w.in[l][1] : l][0];
+}
+float __shfl_down_sync(unsigned mask, float v, unsigned d)
+{
+	if (mask != 0xffffffffu)
+		die("partial mask");
+	uint32_t in[2] = { __float_as_uint(v), d }, out;
+	warp_op(14, in, 2, &out, 1, shfl_down_c);
+	return __uint_as_float(out);
+}
 /* match.any.sync.b32: the lanes whose value equals this lane's */
 static void match_any_c(emu_warp &w)
 {
@@ -361,6 +375,43 @@ void emu_mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) { 
 void emu_mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
 {
 	mma_run(6, mma_c<bf>, d, a, b0, b1);
+}
+
+/* mma.m16n8k16.row.col.s32.u8.s8.s32: A 16x16 u8 (lane l, g = l/4, t = l%4:
+ * a0's bytes A[g][4t + i], a1's A[g + 8][4t + i]), B 16x8 s8 (b's bytes
+ * B[4t + i][g]), C and D s32 in the fp32 form's places; exact (wrapping as
+ * the hardware's s32 would; the kernels' sums never come near). */
+static void mma_u8s8_c(emu_warp &w)
+{
+	int A[16][16], B[16][8], C[16][8];
+	for (int l = 0; l < 32; l++) {
+		const int g = l / 4, t = l % 4;
+		const uint32_t *in = w.in[l];
+		for (int i = 0; i < 4; i++) {
+			A[g][4 * t + i] = (int)(uint8_t)(in[0] >> 8 * i);
+			A[g + 8][4 * t + i] = (int)(uint8_t)(in[1] >> 8 * i);
+			B[4 * t + i][g] = (int)(int8_t)(in[2] >> 8 * i);
+		}
+		C[g][2 * t] = (int)in[3], C[g][2 * t + 1] = (int)in[4];
+		C[g + 8][2 * t] = (int)in[5], C[g + 8][2 * t + 1] = (int)in[6];
+	}
+	for (int l = 0; l < 32; l++) {
+		const int g = l / 4, t = l % 4;
+		const int cr[4] = { g, g, g + 8, g + 8 }, cc[4] = { 2 * t, 2 * t + 1, 2 * t, 2 * t + 1 };
+		for (int r = 0; r < 4; r++) {
+			int64_t s = C[cr[r]][cc[r]];
+			for (int k = 0; k < 16; k++)
+				s += (int64_t)A[cr[r]][k] * B[k][cc[r]];
+			w.out[l][r] = (uint32_t)s;
+		}
+	}
+}
+void emu_mma_u8s8(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t b, const int (&c)[4])
+{
+	uint32_t in[7] = { a0, a1, b, (uint32_t)c[0], (uint32_t)c[1], (uint32_t)c[2], (uint32_t)c[3] }, out[4];
+	warp_op(15, in, 7, out, 4, mma_u8s8_c);
+	for (int r = 0; r < 4; r++)
+		d[r] = (int)out[r];
 }
 
 /* fma.rn.bf16x2: each half a * b + c rounded once to BF16 (nearest even).

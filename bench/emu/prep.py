@@ -7,7 +7,8 @@ here = os.path.dirname(os.path.abspath(__file__))
 src = sys.argv[1]
 out = sys.argv[2] if len(sys.argv) > 2 else os.path.join(here, 'kern')
 names = ['core_dev.cuh', 'pdl.cuh', 'mma_dev.cuh', 'mla_attn.cuh', 'mla_mma_dev.cuh', 'mla_mma.cuh',
-         'mla_prefill_mma.cuh', 'quant_dev.cuh', 'gemm_mma.cuh', 'moe_route_dev.cuh']
+         'mla_prefill_mma.cuh', 'quant_dev.cuh', 'gemm_mma.cuh', 'moe_route_dev.cuh', 'gemv_tc.cuh',
+         'gemv_q6k_tc.cuh']
 # the .cu files' kernels (and what they call, constants too): the gemm core's,
 # and the Q6_K gemv's (the rows form against the staged gemv_kernel)
 units = {'gemm_quant.cu': ['gemm_mma_kernel'], 'moe_experts.cu': ['tile_of', 'moe_gu_mma', 'moe_down_mma'],
@@ -63,7 +64,9 @@ for n in names:
         s = (s[:a] + '} /* namespace x4m */\n#include "%s"\nnamespace x4m {\n' % prims +
              'using ::smem_u32;\nusing ::cp_async16;\nusing ::cp_async4;\nusing ::cp_async_commit;\n'
              'using ::cp_async_wait;\nusing ::ldsm_x4;\nusing ::ldsm_x4_t;\nusing ::mma16816;\n'
-             'using ::mma_bf16;\nusing ::fma_bf16x2;\n' + s[b:])
+             'using ::mma_bf16;\nusing ::mma16816_u8s8;\nusing ::fma_bf16x2;\n' + s[b:])
+    if n == 'gemv_tc.cuh':  # its byte helpers' host forms (the device's are PTX)
+        s = s.replace('#ifdef __CUDA_ARCH__\n', '#ifdef X4_EMU_NEVER\n')
     assert not [l for l in s.split('\n') if '<<<' in l and not l.lstrip().startswith(('/*', '*'))], n
     open(os.path.join(out, n), 'w').write(s)
 for f, fns in units.items():

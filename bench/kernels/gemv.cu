@@ -49,6 +49,15 @@ int main(int argc, char **argv)
 			lab_row(&L, "gemv", "new", nm, (double)wb, lab_time_us(&L, [&] {
 					LAB_X4(x4k_gemv(sh.type, w, sh.n, sh.k, x, y, L.s, &e), e);
 				}));
+		for (int tc = 1; tc >= -1 && L.run_new && sh.type == X4_T_Q6_K; tc -= 2) {
+			/* the library's other Q6_K forms: the tensor cores with one tile
+			 * in flight a block (tc1), the rows form (rows) */
+			x4k_q6k_tc_set(tc);
+			lab_row(&L, "gemv", tc == 1 ? "tc1" : "rows", nm, (double)wb, lab_time_us(&L, [&] {
+					LAB_X4(x4k_gemv(sh.type, w, sh.n, sh.k, x, y, L.s, &e), e);
+				}));
+		}
+		x4k_q6k_tc_set(0);
 		LAB_CK(cudaFree(w));
 		LAB_CK(cudaFree(x));
 		LAB_CK(cudaFree(y));

@@ -18,7 +18,8 @@ namespace {
 constexpr int WARPS = 8, ITERS = 2048;
 
 /* OP 0: fp16 m16n8k16 (fp32 accumulators), 1: BF16 m16n8k16, 2: s8
- * m16n8k32 (s32); CH chains a warp, ITERS steps each. */
+ * m16n8k32 (s32), 3: u8 x s8 m16n8k16 (s32; the head's, lever-head-tc);
+ * CH chains a warp, ITERS steps each. */
 template <int OP, int CH>
 __global__ void __launch_bounds__(WARPS * 32) mma_loop(float *out)
 {
@@ -41,8 +42,10 @@ __global__ void __launch_bounds__(WARPS * 32) mma_loop(float *out)
 				x4m::mma16816(f[c], a, b0, b1);
 			else if (OP == 1)
 				x4m::mma_bf16(f[c], a, b0, b1);
-			else
+			else if (OP == 2)
 				tcv::mma16832_s8(s[c], a, b0, b1);
+			else
+				x4m::mma16816_u8s8(s[c], a[0], a[1], b0, s[c]);
 		}
 	float t = 0.f;
 #pragma unroll
@@ -70,7 +73,9 @@ int main(int argc, char **argv)
 {
 	lab L;
 	lab_init(&L, argc, argv, "the card's mma.sync rate, operands in registers");
-	const int sms = L.sms;
+	int dev = 0, sms = 0;
+	LAB_CK(cudaGetDevice(&dev));
+	LAB_CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
 	float *out = (float *)lab_alloc(16);
 	if (L.run_new) {
 		row<0, 2>(L, sms, out, "f16_m16n8k16", 4096.0);
@@ -78,6 +83,7 @@ int main(int argc, char **argv)
 		row<0, 8>(L, sms, out, "f16_m16n8k16", 4096.0);
 		row<1, 4>(L, sms, out, "bf16_m16n8k16", 4096.0);
 		row<2, 4>(L, sms, out, "s8_m16n8k32", 8192.0);
+		row<3, 4>(L, sms, out, "u8s8_m16n8k16", 4096.0);
 	}
 	LAB_CK(cudaFree(out));
 	return 0;

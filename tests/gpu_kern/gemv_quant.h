@@ -227,8 +227,9 @@ static void run_gemv_swiglu(int type, int n, int k, uint64_t seed)
 }
 
 /* The Q6_K product at 2 and 4 rows a warp (x4k_q6k_rows_set) bit for bit
- * as at 1 (a warp a row), each against the reference by run_product's
- * rule.  w is placed off bytes past a 16-byte boundary (4-byte aligned, as
+ * as at 1 (a warp a row), and on the tensor cores with two tiles in flight
+ * a block and one (x4k_q6k_tc_set) bit for bit each other, each against the
+ * reference by run_product's rule.  w is placed off bytes past a 16-byte boundary (4-byte aligned, as
  * the kernel takes it), so that a warp's span of rows starts and ends
  * ragged in every way. */
 static void run_q6k_rows(int n, int k, int off, uint64_t seed)
@@ -251,6 +252,7 @@ static void run_q6k_rows(int n, int k, int off, uint64_t seed)
 	float *y[3], *ref = hmalloc(yb), *mag = hmalloc(yb);
 	const int was = x4k_q6k_rows_get();
 	int rc = 0;
+	x4k_q6k_tc_set(-1); /* the rows forms */
 	for (int i = 0; i < 3; i++) {
 		y[i] = hmalloc(yb);
 		x4k_q6k_rows_set(1 << i);
@@ -259,6 +261,17 @@ static void run_q6k_rows(int n, int k, int off, uint64_t seed)
 			dget(y[i], dy, yb);
 	}
 	x4k_q6k_rows_set(was);
+	/* the tensor-core form with two tiles in flight a block and with one:
+	 * the same bits (where the shape is not its own, the rows form) */
+	float *yt[2];
+	for (int i = 0; i < 2; i++) {
+		yt[i] = hmalloc(yb);
+		x4k_q6k_tc_set(2 - i);
+		poison(dy, yb);
+		if (!rc && !(rc = x4k_gemv(X4_T_Q6_K, dw + off, n, k, dx, dy, st, &err)))
+			dget(yt[i], dy, yb);
+	}
+	x4k_q6k_tc_set(0);
 	if (rc) {
 		T_OK(0, "gemv_q6k_rows", "%s: %s", cas, err.msg);
 	} else if (x4r_gemv(X4_T_Q6_K, w, n, k, x, ref, mag, &err)) {
@@ -277,9 +290,15 @@ static void run_q6k_rows(int n, int k, int off, uint64_t seed)
 				     d < (size_t)n ? y[i][d] : 0.f, d < (size_t)n ? y[0][d] : 0.f);
 			}
 		}
+		compare("gemv_q6k tensor cores", cas, yt[0], ref, mag, (size_t)n);
+		size_t d = 0;
+		while (d < (size_t)n && !memcmp(&yt[1][d], &yt[0][d], 4))
+			d++;
+		T_OK(d == (size_t)n, "gemv_q6k tensor cores, 1 in flight = 2, bit for bit", "%s: row %zu", cas, d);
 	}
 	for (int i = 0; i < 3; i++)
 		free(y[i]);
+	free(yt[0]), free(yt[1]);
 	x4_dev_free(dw), x4_dev_free(dx), x4_dev_free(dy);
 	free(w), free(x), free(ref), free(mag);
 }
@@ -400,4 +419,6 @@ static void test_gemv(void)
 	run_q6k_rows(131072, 3584, 0, 7008);
 	run_q6k_rows(37, 4096, 4, 7009);
 	run_q6k_rows(2053, 4096, 12, 7010);
+	run_q6k_rows(2053, 4096, 0, 7011); /* the tensor cores' 8 warps, a part tile */
+	run_q6k_rows(16, 512, 0, 7012);   /* one tile */
 }

@@ -16,9 +16,6 @@
 #     (the logits' bits move: the sums are exact integers, not fp32's
 #     order), then the small preset's logits with headtc against the
 #     default's (helper_cmp_logits at 1e-4: tokens and max row error);
-#   probes (a few seconds): build/bench/mma_rate (mma.sync's rate for the
-#     32,768 row) and build/bench/pdl_depth (whether kernel N + 2 starts
-#     before kernel N ends: the gate's hiding, RESULTS 44);
 #   lab: build/bench/gemv new, output_head rows new (main's), tc (two
 #     tiles in flight a block, two blocks an SM), tc1 (one, three) and tcr
 #     (tc with B in registers and the corrections loaded as the MMA's C:
@@ -31,7 +28,7 @@
 set -u
 . bench/call-lib.sh
 call_begin
-call_build all tests build/bench/gemv build/bench/mma_rate build/bench/pdl_depth
+call_build all tests build/bench/gemv build/bench/mma_rate
 call_full_bg
 for t in gemv_q6k_rows gemv head; do
 	build/tests/gpu_kern $t >"$OUT/x/kern-$t.txt" 2>&1
@@ -43,8 +40,6 @@ timeout 120 build/bench/gemv new >"$OUT/x/lab-gemv.tsv" 2>"$OUT/x/lab-gemv.err"
 echo "lab rc=$? ($((SECONDS-t0)) s)"; grep -E "output_head" "$OUT/x/lab-gemv.tsv" | cut -f1-8
 timeout 30 build/bench/mma_rate new >"$OUT/x/lab-mma_rate.tsv" 2>"$OUT/x/lab-mma_rate.err"
 echo "mma_rate rc=$?"; cut -f2,3,5,8 "$OUT/x/lab-mma_rate.tsv"
-timeout 30 build/bench/pdl_depth new >"$OUT/x/lab-pdl_depth.tsv" 2>"$OUT/x/lab-pdl_depth.err"
-echo "pdl_depth rc=$?"; cut -f2,3,5 "$OUT/x/lab-pdl_depth.tsv"
 echo "golden, default:"; bash bench/results/2026-12-03/golden.sh
 cp /tmp/g-small.npy /tmp/g-small-block.npy; cp /tmp/g-small-greedy.json /tmp/g-small-block.json
 echo "golden, --copy headtc:"; bash bench/results/2026-12-03/golden.sh --copy headtc
