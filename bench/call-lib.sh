@@ -9,7 +9,8 @@
 #   call_levers NAME CTX PAIRS TIMEOUT LEVERS
 #                              bench/gpu-session.sh levers (x4-bench-abab, one "A|B"
 #                              a line of LEVERS, warm-up 1) into $OUT/x/NAME, its lines;
-#                              TIMEOUT is cut to what is left before CALL_END
+#                              TIMEOUT is cut to what is left before CALL_END; a
+#                              bench still running at its end is stopped
 #   CALL_END                   seconds into the call by which its steps end (570), so
 #                              that call_end packs inside the device's 600
 #   call_end                   pack $OUT/x and say how long the call took
@@ -32,7 +33,11 @@ call_levers() {
 	[ "$lim" -gt 0 ] || { echo "levers $1: no time left"; return; }
 	OUT="$OUT/x/$1" LEVER_CTX="$2" LEVER_PAIRS="$3" LEVER_WARMUP=1 LEVERS="$5" \
 		timeout "$lim" bash bench/gpu-session.sh levers >"$OUT/x/$1.txt" 2>&1
-	echo "levers $1 rc=$? ($((SECONDS - t0)) s)"
+	local rc=$?
+	# timeout stops the session's shell, not the bench it started (call 75's
+	# ran on beside the steps after it): stop that too
+	[ $rc -eq 124 ] && pkill -f bin/x4-bench-abab && sleep 1
+	echo "levers $1 rc=$rc ($((SECONDS - t0)) s)"
 	grep "ctx" "$OUT/x/$1.txt"
 }
 call_end() {
