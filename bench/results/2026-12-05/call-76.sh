@@ -1,23 +1,32 @@
 #!/usr/bin/env bash
 # Device call 76 (session 24; run it on main after the merge of
-# land-head-tc; 586 s of budget left, so its steps end by 450 s): make
-# test-gpu on main's tree alone (call 75 ran it on a tree with lever arms,
-# beside an orphaned 32,500-token bench that its timeout had not stopped, and
-# gpu_profile's prefill check failed there); the goal table's figures
-# (gpu-session.sh decode: x4-bench-abab's control pair at 512 and 4,096,
-# x4-run at 32,500; x4-profile --pdl off at 512 and 4,096); then, in what
-# time is left, the wide decode attention's arm applied to the same tree
-# (call-76-wide.patch: lever-attn-wide merged onto this main) priced at
-# 32,500 against the landed step (1 pair), the bench stopped at the end.
+# land-head-tc; ~490 s of budget left, so its steps end by 400 s): the GPU
+# tests the landing touches, on main's tree alone (call 75 ran all of make
+# test-gpu on a tree with lever arms, beside an orphaned 32,500-token bench,
+# and gpu_profile's prefill check failed there): gpu_trunk, gpu_ceiling,
+# gpu_model (the whole model against the CPU float64 reference and the
+# golden digests), gpu_profile, and gpu_kern's Q6_K, gemv and head cases;
+# the goal table's figures (gpu-session.sh decode: x4-bench-abab's control
+# pair at 512 and 4,096, x4-run at 32,500; x4-profile --pdl off at 512 and
+# 4,096); then, in what time is left, the wide decode attention's arm
+# applied to the same tree (call-76-wide.patch: lever-attn-wide merged onto
+# this main) priced at 32,500 against the landed step (1 pair).
 set -u
 . bench/call-lib.sh
-CALL_END=450
+CALL_END=400
 call_begin
 call_build all tests
 call_full_bg
-timeout 260 bash tests/run-gpu.sh >"$OUT/x/test-gpu.txt" 2>&1
-echo "run-gpu rc=$? ($((SECONDS-t0)) s)"; tail -n 8 "$OUT/x/test-gpu.txt"
-cp build/test-logs/gpu_profile.log "$OUT/x/" 2>/dev/null
+for t in build/tests/gpu_trunk tests/gpu_ceiling.sh tests/gpu_model.sh tests/gpu_profile.sh; do
+	n=$(basename "$t" .sh)
+	if [[ $t == *.sh ]]; then timeout 120 bash "$t" >"$OUT/x/$n.log" 2>&1; else timeout 60 "$t" >"$OUT/x/$n.log" 2>&1; fi
+	echo "$n rc=$?: $(grep -c '^PASS' "$OUT/x/$n.log") passed, $(grep -c '^FAIL' "$OUT/x/$n.log") failed ($((SECONDS-t0)) s)"
+	grep -E '^FAIL' "$OUT/x/$n.log" | head -3
+done
+for t in gemv_q6k_rows gemv head; do
+	timeout 60 build/tests/gpu_kern $t >"$OUT/x/kern-$t.txt" 2>&1
+	echo "gpu_kern $t rc=$?: $(tail -n 1 "$OUT/x/kern-$t.txt")"; grep -E "^FAIL" "$OUT/x/kern-$t.txt" | head -3
+done
 wait
 echo "synth done ($((SECONDS-t0)) s)"
 OUT="$OUT/x/g" timeout 120 bash bench/gpu-session.sh decode 2>&1 | grep -E "^decode|arm"
