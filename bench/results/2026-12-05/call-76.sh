@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Device call 76 (session 24; run it on main after the merge of
-# land-head-tc; ~490 s of budget left, so its steps end by 400 s): the GPU
+# land-head-tc; ~400 s of budget left, so its steps end by 300 s): the GPU
 # tests the landing touches, on main's tree alone (call 75 ran all of make
 # test-gpu on a tree with lever arms, beside an orphaned 32,500-token bench,
 # and gpu_profile's prefill check failed there): gpu_trunk, gpu_ceiling,
@@ -8,12 +8,12 @@
 # golden digests), gpu_profile, and gpu_kern's Q6_K, gemv and head cases;
 # the goal table's figures (gpu-session.sh decode: x4-bench-abab's control
 # pair at 512 and 4,096, x4-run at 32,500; x4-profile --pdl off at 512 and
-# 4,096); then, in what time is left, the wide decode attention's arm
+# 4,096); then, if 150 s are left, the wide decode attention's arm
 # applied to the same tree (call-76-wide.patch: lever-attn-wide merged onto
 # this main) priced at 32,500 against the landed step (1 pair).
 set -u
 . bench/call-lib.sh
-CALL_END=400
+CALL_END=${CALL_END_76:-300}
 call_begin
 call_build all tests
 call_full_bg
@@ -35,9 +35,11 @@ for ctx in 512 4096; do
 		>"$OUT/x/g/profile-$ctx.tsv" 2>"$OUT/x/g/profile-$ctx.err"
 	echo "profile $ctx rc=$? ($((SECONDS-t0)) s)"
 done
-git apply bench/results/2026-12-05/call-76-wide.patch && echo "wide patch applied"
-make -j16 CUDA_ARCH=90 all >"$OUT/x/build-wide.log" 2>&1; echo "build wide rc=$? ($((SECONDS-t0)) s)"
-call_levers l32 32500 1 $((CALL_END - (SECONDS - t0))) $'|--copy wide'
-pkill -f x4-bench-abab; sleep 1
-ls -la "$OUT/x/l32" 2>/dev/null | tail -n 3
+if [ $((CALL_END - (SECONDS - t0))) -ge 150 ]; then
+	git apply bench/results/2026-12-05/call-76-wide.patch && echo "wide patch applied"
+	make -j16 CUDA_ARCH=90 all >"$OUT/x/build-wide.log" 2>&1; echo "build wide rc=$? ($((SECONDS-t0)) s)"
+	call_levers l32 32500 1 $((CALL_END - (SECONDS - t0))) $'|--copy wide'
+else
+	echo "wide: no time left ($((SECONDS-t0)) s)"
+fi
 call_end
