@@ -1,45 +1,57 @@
 #!/usr/bin/env bash
 # Device call 76 (session 24; run it on main after the merge of
-# land-head-tc; ~400 s of budget left, so its steps end by 300 s): the GPU
-# tests the landing touches, on main's tree alone (call 75 ran all of make
-# test-gpu on a tree with lever arms, beside an orphaned 32,500-token bench,
-# and gpu_profile's prefill check failed there): gpu_trunk, gpu_ceiling,
-# gpu_model (the whole model against the CPU float64 reference and the
-# golden digests), gpu_profile, and gpu_kern's Q6_K, gemv and head cases;
-# the goal table's figures (gpu-session.sh decode: x4-bench-abab's control
-# pair at 512 and 4,096, x4-run at 32,500; x4-profile --pdl off at 512 and
-# 4,096); then, if 150 s are left, the wide decode attention's arm
-# applied to the same tree (call-76-wide.patch: lever-attn-wide merged onto
-# this main) priced at 32,500 against the landed step (1 pair).
+# land-head-tc): the landing's GPU checks on main's tree alone (call 75 ran
+# all of make test-gpu on a tree with lever arms, beside an orphaned
+# 32,500-token bench, and gpu_profile's prefill check failed there) and the
+# goal table's figures, in the order of their worth, each step cut to the
+# time left before CALL_END (CALL_END_76, default 240: this session's
+# budget ran low on failed starts), so that call_end always packs:
+#   gpu_model (the whole model against the CPU float64 reference, the golden
+#   digests) and gpu_profile; the goal table (gpu-session.sh decode:
+#   x4-bench-abab's control pair at 512 and 4,096, x4-run at 32,500);
+#   gpu_kern's Q6_K, gemv and head cases, gpu_trunk, gpu_ceiling; x4-profile
+#   --pdl off at 512 and 4,096; then, if 150 s are left, the wide decode
+#   attention's arm (call-76-wide.patch: lever-attn-wide merged onto this
+#   main) at 32,500 against the landed step (1 pair).
 set -u
 . bench/call-lib.sh
-CALL_END=${CALL_END_76:-300}
+CALL_END=${CALL_END_76:-240}
+left() { echo $((CALL_END - (SECONDS - t0))); }
+# cut SECONDS CMD...: CMD under the smaller of SECONDS and the time left (rc 125 if none)
+cut() {
+	local l; l=$(left); [ "$l" -gt 5 ] || { echo "  (no time left for: $2)"; return 125; }
+	timeout $(($1 < l ? $1 : l)) "${@:2}"
+}
 call_begin
 call_build all tests
 call_full_bg
-for t in build/tests/gpu_trunk tests/gpu_ceiling.sh tests/gpu_model.sh tests/gpu_profile.sh; do
+for t in tests/gpu_model.sh tests/gpu_profile.sh; do
 	n=$(basename "$t" .sh)
-	if [[ $t == *.sh ]]; then timeout 120 bash "$t" >"$OUT/x/$n.log" 2>&1; else timeout 60 "$t" >"$OUT/x/$n.log" 2>&1; fi
+	cut 100 bash "$t" >"$OUT/x/$n.log" 2>&1
 	echo "$n rc=$?: $(grep -c '^PASS' "$OUT/x/$n.log") passed, $(grep -c '^FAIL' "$OUT/x/$n.log") failed ($((SECONDS-t0)) s)"
 	grep -E '^FAIL' "$OUT/x/$n.log" | head -3
 done
-for t in gemv_q6k_rows gemv head; do
-	timeout 60 build/tests/gpu_kern $t >"$OUT/x/kern-$t.txt" 2>&1
-	echo "gpu_kern $t rc=$?: $(tail -n 1 "$OUT/x/kern-$t.txt")"; grep -E "^FAIL" "$OUT/x/kern-$t.txt" | head -3
-done
 wait
 echo "synth done ($((SECONDS-t0)) s)"
-OUT="$OUT/x/g" timeout 120 bash bench/gpu-session.sh decode 2>&1 | grep -E "^decode|arm"
+OUT="$OUT/x/g" cut 80 bash bench/gpu-session.sh decode 2>&1 | grep -E "^decode|arm"
+for t in gemv_q6k_rows head gemv; do
+	cut 30 build/tests/gpu_kern $t >"$OUT/x/kern-$t.txt" 2>&1
+	echo "gpu_kern $t rc=$?: $(tail -n 1 "$OUT/x/kern-$t.txt")"; grep -E "^FAIL" "$OUT/x/kern-$t.txt" | head -3
+done
+cut 20 build/tests/gpu_trunk >"$OUT/x/gpu_trunk.log" 2>&1; echo "gpu_trunk rc=$?: $(grep -c '^PASS' "$OUT/x/gpu_trunk.log") passed, $(grep -c '^FAIL' "$OUT/x/gpu_trunk.log") failed"
+cut 30 bash tests/gpu_ceiling.sh >"$OUT/x/gpu_ceiling.log" 2>&1; echo "gpu_ceiling rc=$?: $(grep -c '^PASS' "$OUT/x/gpu_ceiling.log") passed, $(grep -c '^FAIL' "$OUT/x/gpu_ceiling.log") failed"
 for ctx in 512 4096; do
-	timeout 30 bin/x4-profile -m /tmp/x4-full --device cuda:0 --context $ctx --steps 16 --pdl off \
+	mkdir -p "$OUT/x/g"
+	cut 30 bin/x4-profile -m /tmp/x4-full --device cuda:0 --context $ctx --steps 16 --pdl off \
 		>"$OUT/x/g/profile-$ctx.tsv" 2>"$OUT/x/g/profile-$ctx.err"
 	echo "profile $ctx rc=$? ($((SECONDS-t0)) s)"
 done
-if [ $((CALL_END - (SECONDS - t0))) -ge 150 ]; then
+if [ "$(left)" -ge 150 ]; then
 	git apply bench/results/2026-12-05/call-76-wide.patch && echo "wide patch applied"
 	make -j16 CUDA_ARCH=90 all >"$OUT/x/build-wide.log" 2>&1; echo "build wide rc=$? ($((SECONDS-t0)) s)"
-	call_levers l32 32500 1 $((CALL_END - (SECONDS - t0))) $'|--copy wide'
+	call_levers l32 32500 1 "$(left)" $'|--copy wide'
 else
 	echo "wide: no time left ($((SECONDS-t0)) s)"
 fi
+pkill -f x4-bench-abab
 call_end
