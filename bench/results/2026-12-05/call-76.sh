@@ -34,6 +34,7 @@ done
 wait
 echo "synth done ($((SECONDS-t0)) s)"
 OUT="$OUT/x/g" cut 80 bash bench/gpu-session.sh decode 2>&1 | grep -E "^decode|arm"
+pkill -f bin/x4-bench-abab; pkill -f bin/x4-run # (if its cut stopped the session's shell only)
 for t in gemv_q6k_rows head gemv; do
 	cut 30 build/tests/gpu_kern $t >"$OUT/x/kern-$t.txt" 2>&1
 	echo "gpu_kern $t rc=$?: $(tail -n 1 "$OUT/x/kern-$t.txt")"; grep -E "^FAIL" "$OUT/x/kern-$t.txt" | head -3
