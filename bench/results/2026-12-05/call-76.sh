@@ -17,8 +17,8 @@ set -u
 . bench/call-lib.sh
 CALL_END=${CALL_END_76:-240}
 left() { echo $((CALL_END - (SECONDS - t0))); }
-# cut SECONDS CMD...: CMD under the smaller of SECONDS and the time left (rc 125 if none)
-cut() {
+# upto SECONDS CMD...: CMD under the smaller of SECONDS and the time left (rc 125 if none)
+upto() {
 	local l; l=$(left); [ "$l" -gt 5 ] || { echo "  (no time left for: $2)"; return 125; }
 	timeout $(($1 < l ? $1 : l)) "${@:2}"
 }
@@ -27,23 +27,23 @@ call_build all tests
 call_full_bg
 for t in tests/gpu_model.sh tests/gpu_profile.sh; do
 	n=$(basename "$t" .sh)
-	cut 100 bash "$t" >"$OUT/x/$n.log" 2>&1
+	upto 100 bash "$t" >"$OUT/x/$n.log" 2>&1
 	echo "$n rc=$?: $(grep -c '^PASS' "$OUT/x/$n.log") passed, $(grep -c '^FAIL' "$OUT/x/$n.log") failed ($((SECONDS-t0)) s)"
 	grep -E '^FAIL' "$OUT/x/$n.log" | head -3
 done
 wait
 echo "synth done ($((SECONDS-t0)) s)"
-OUT="$OUT/x/g" cut 80 bash bench/gpu-session.sh decode 2>&1 | grep -E "^decode|arm"
+OUT="$OUT/x/g" upto 80 bash bench/gpu-session.sh decode 2>&1 | grep -E "^decode|arm"
 pkill -f bin/x4-bench-abab; pkill -f bin/x4-run # (if its cut stopped the session's shell only)
 for t in gemv_q6k_rows head gemv; do
-	cut 30 build/tests/gpu_kern $t >"$OUT/x/kern-$t.txt" 2>&1
+	upto 30 build/tests/gpu_kern $t >"$OUT/x/kern-$t.txt" 2>&1
 	echo "gpu_kern $t rc=$?: $(tail -n 1 "$OUT/x/kern-$t.txt")"; grep -E "^FAIL" "$OUT/x/kern-$t.txt" | head -3
 done
-cut 20 build/tests/gpu_trunk >"$OUT/x/gpu_trunk.log" 2>&1; echo "gpu_trunk rc=$?: $(grep -c '^PASS' "$OUT/x/gpu_trunk.log") passed, $(grep -c '^FAIL' "$OUT/x/gpu_trunk.log") failed"
-cut 30 bash tests/gpu_ceiling.sh >"$OUT/x/gpu_ceiling.log" 2>&1; echo "gpu_ceiling rc=$?: $(grep -c '^PASS' "$OUT/x/gpu_ceiling.log") passed, $(grep -c '^FAIL' "$OUT/x/gpu_ceiling.log") failed"
+upto 20 build/tests/gpu_trunk >"$OUT/x/gpu_trunk.log" 2>&1; echo "gpu_trunk rc=$?: $(grep -c '^PASS' "$OUT/x/gpu_trunk.log") passed, $(grep -c '^FAIL' "$OUT/x/gpu_trunk.log") failed"
+upto 30 bash tests/gpu_ceiling.sh >"$OUT/x/gpu_ceiling.log" 2>&1; echo "gpu_ceiling rc=$?: $(grep -c '^PASS' "$OUT/x/gpu_ceiling.log") passed, $(grep -c '^FAIL' "$OUT/x/gpu_ceiling.log") failed"
 for ctx in 512 4096; do
 	mkdir -p "$OUT/x/g"
-	cut 30 bin/x4-profile -m /tmp/x4-full --device cuda:0 --context $ctx --steps 16 --pdl off \
+	upto 30 bin/x4-profile -m /tmp/x4-full --device cuda:0 --context $ctx --steps 16 --pdl off \
 		>"$OUT/x/g/profile-$ctx.tsv" 2>"$OUT/x/g/profile-$ctx.err"
 	echo "profile $ctx rc=$? ($((SECONDS-t0)) s)"
 done
