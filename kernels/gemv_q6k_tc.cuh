@@ -242,25 +242,38 @@ gemv_q6k_tc_kernel(const uint8_t *__restrict__ w, int n, int k, const float *__r
 
 /* gemv_q6k_tc_kernel<NS> for a shape it takes on a card that takes it
  * (a grid of as many blocks as the card holds at once, at most a tile
- * each); false sends the caller to the other forms. */
+ * each); false sends the caller to the other forms.  The grid's bound is
+ * read from the runtime once a device and k (held: the card's SMs times
+ * the blocks an SM takes of the kernel at k / 512 warps). */
 template <int NS>
 static bool gemv(const uint8_t *w, int n, int k, const float *x, float *y, cudaStream_t s)
 {
 	static std::atomic<size_t> set[64];
+	static std::atomic<int> held[64][x4d::GEMV_WARPS + 1]; /* 0: not read yet */
 	const size_t smem = smem_bytes(k, NS);
 	if (k % 512 || k / 512 > x4d::GEMV_WARPS || ((uintptr_t)w & 15) || ((uintptr_t)x & 15) ||
 	    !tcv::smem_ready(gemv_q6k_tc_kernel<NS>, smem, set))
 		return false;
-	int dev = 0, sms = 0, bps = 0;
-	if (cudaGetDevice(&dev) != cudaSuccess ||
-	    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
-	    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&bps, gemv_q6k_tc_kernel<NS>, k / 512 * 32, smem) !=
-		    cudaSuccess || bps < 1) {
+	int dev = 0;
+	if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) {
 		(void)cudaGetLastError();
 		return false;
 	}
+	int most = held[dev][k / 512].load();
+	if (!most) {
+		int sms = 0, bps = 0;
+		if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+		    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&bps, gemv_q6k_tc_kernel<NS>, k / 512 * 32,
+								  smem) != cudaSuccess ||
+		    bps < 1) {
+			(void)cudaGetLastError();
+			return false;
+		}
+		most = bps * sms;
+		held[dev][k / 512].store(most);
+	}
 	const int tiles = (n + 15) / 16;
-	const unsigned blocks = (unsigned)min(tiles, bps * sms);
+	const unsigned blocks = (unsigned)min(tiles, most);
 	x4p::launch(gemv_q6k_tc_kernel<NS>, dim3(blocks), dim3(k / 512 * 32), smem, s, w, n, k, x, y);
 	return true;
 }
