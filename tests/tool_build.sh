@@ -13,8 +13,9 @@ fails=0
 ok() { # name, condition-status, why
 	if [ "$2" -eq 0 ]; then echo "PASS $1"; else echo "FAIL $1: $3"; fails=$((fails + 1)); fi
 }
-# A make of our own, not a part of the one running the tests.
-mk() { env -u MAKEFLAGS -u MAKELEVEL -u MFLAGS make --no-print-directory "$@"; }
+# A make of our own, not a part of the one running the tests (nor taking its
+# command line's CUDA_ARCH, which make exports: `make CUDA_ARCH=90 test`).
+mk() { env -u MAKEFLAGS -u MAKELEVEL -u MFLAGS -u CUDA_ARCH make --no-print-directory "$@"; }
 
 # -- make CFLAGS=... adds to the required flags --
 line=$(mk -n -B CFLAGS=-O0 build/lib/util/util.o 2>&1 | grep -- ' -c lib/util/util.c')
