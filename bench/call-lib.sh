@@ -13,8 +13,16 @@
 #                              bench still running at its end is stopped
 #   CALL_END                   seconds into the call by which its steps end (570), so
 #                              that call_end packs inside the device's 600
+#   left                       the seconds left before CALL_END
+#   upto SECONDS CMD...        CMD under the smaller of SECONDS and the time left
+#                              (rc 125 and a line if none is left)
 #   call_end                   pack $OUT/x and say how long the call took
 CALL_END=570
+left() { echo $((CALL_END - (SECONDS - t0))); }
+upto() {
+	local l; l=$(left); [ "$l" -gt 5 ] || { echo "  (no time left for: $2)"; return 125; }
+	timeout $(($1 < l ? $1 : l)) "${@:2}"
+}
 call_begin() {
 	t0=$SECONDS
 	mkdir -p "$OUT/x"

@@ -16,12 +16,6 @@
 set -u
 . bench/call-lib.sh
 CALL_END=${CALL_END_76:-240}
-left() { echo $((CALL_END - (SECONDS - t0))); }
-# upto SECONDS CMD...: CMD under the smaller of SECONDS and the time left (rc 125 if none)
-upto() {
-	local l; l=$(left); [ "$l" -gt 5 ] || { echo "  (no time left for: $2)"; return 125; }
-	timeout $(($1 < l ? $1 : l)) "${@:2}"
-}
 call_begin
 call_build all tests
 call_full_bg
