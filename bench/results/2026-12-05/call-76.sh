@@ -10,9 +10,9 @@
 #   digests) and gpu_profile; the goal table (gpu-session.sh decode:
 #   x4-bench-abab's control pair at 512 and 4,096, x4-run at 32,500);
 #   gpu_kern's Q6_K, gemv and head cases, gpu_trunk, gpu_ceiling; x4-profile
-#   --pdl off at 512 and 4,096; then, if 150 s are left, the wide decode
-#   attention's arm (call-76-wide.patch: lever-attn-wide merged onto this
-#   main) at 32,500 against the landed step (1 pair).
+#   --pdl off at 512 and 4,096.  (The wide decode attention's arm, once a
+#   patch applied here, is call 80's on lever-combo-25, which holds the same
+#   branch: session 25.)
 set -u
 . bench/call-lib.sh
 CALL_END=${CALL_END_76:-240}
@@ -41,12 +41,5 @@ for ctx in 512 4096; do
 		>"$OUT/x/g/profile-$ctx.tsv" 2>"$OUT/x/g/profile-$ctx.err"
 	echo "profile $ctx rc=$? ($((SECONDS-t0)) s)"
 done
-if [ "$(left)" -ge 150 ]; then
-	git apply bench/results/2026-12-05/call-76-wide.patch && echo "wide patch applied"
-	make -j16 CUDA_ARCH=90 all >"$OUT/x/build-wide.log" 2>&1; echo "build wide rc=$? ($((SECONDS-t0)) s)"
-	call_levers l32 32500 1 "$(left)" $'|--copy wide'
-else
-	echo "wide: no time left ($((SECONDS-t0)) s)"
-fi
 pkill -f x4-bench-abab
 call_end
