@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# tool_dataflow.sh - the step-structure lab's plan, on the host (no device):
+# `build/bench/dataflow plan CONTEXT BLOCKS` prints the decode step it times
+# (every stage's rows, row bytes and units, from the full preset's tensor
+# list) and runs its dataflow lists through a model of the kernel's waits.
+# Checked: the stage count (13 a MoE block, 12 a dense one, the embedding,
+# the head's gate, the head and the argmax), the cache stage's rows are the
+# context, each unit fits a page, the routed experts' weights wait for the
+# router and the shared expert's do not, the bytes are the stages' sum and
+# grow by the cache's 1,152 bytes a position and block, and the lists finish
+# for 1, 7, 132 and 264 blocks.  A SKIP where nvcc did not build the lab.
+set -u
+cd "$(dirname "$0")/.." || exit 2
+. tests/t.sh
+B=build/bench/dataflow
+if [ ! -x "$B" ]; then
+	echo "SKIP dataflow: $B not built (no nvcc)"
+	exit 0
+fi
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+for ctx in 1 512 32768; do
+	"$B" plan $ctx 132 >"$tmp/p$ctx.tsv" 2>"$tmp/e$ctx"
+	check "plan.$ctx.runs" $? "$(cat "$tmp/e$ctx")"
+done
+python3 - "$tmp" <<'PY'
+import sys, re
+d = sys.argv[1]
+def rows(ctx):
+    t = [l.rstrip("\n").split("\t") for l in open(f"{d}/p{ctx}.tsv")]
+    head, body = t[0], t[1:]
+    return [dict(zip(head, map(int, r))) for r in body]
+def gb(ctx):
+    m = re.search(r"([0-9.]+) GB a step", open(f"{d}/e{ctx}").read())
+    return float(m.group(1)) if m else -1
+def check(name, ok, why):
+    print(("PASS " if ok else "FAIL ") + "dataflow." + name + ("" if ok else ": " + why))
+for ctx in (1, 512, 32768):
+    r = rows(ctx)
+    check(f"{ctx}.stages", len(r) == 13 * 38 + 12 * 2 + 4, f"{len(r)} stages")
+    cache = [s for s in r if s["row_bytes"] == 1152]
+    check(f"{ctx}.cache", len(cache) == 40 and all(s["rows"] == ctx for s in cache),
+          f"{len(cache)} cache stages, rows {sorted(set(s['rows'] for s in cache))}")
+    check(f"{ctx}.pages", all(s["row_bytes"] % 16 == 0 and s["rows_a_unit"] * s["row_bytes"] <= 32768
+                              and s["units"] * s["rows_a_unit"] >= s["rows"] > (s["units"] - 1) * s["rows_a_unit"]
+                              for s in r), "a unit past its page or its rows")
+    check(f"{ctx}.chain", r[0]["dep"] == len(r) - 1 and all(s["dep"] == i - 1 for i, s in enumerate(r) if i),
+          "a stage not waiting for the one before")
+    late = [(i, s) for i, s in enumerate(r) if s["late"] >= 0]
+    ok = len(late) == 76 and all(r[s["late"]]["rows"] == 64 and r[s["late"]]["row_bytes"] == 14336 for _, s in late)
+    gu = [s for _, s in late if s["late_from"] > 0]
+    ok = ok and len(gu) == 38 and all(s["late_from"] * s["rows_a_unit"] == 2048 and s["rows"] == 10240 for s in gu)
+    check(f"{ctx}.routed", ok, "the routed experts' waits are not the router's, or the shared rows wait")
+    total = sum(s["bytes"] for s in r)
+    check(f"{ctx}.bytes", abs(total * 1e-9 - gb(ctx)) < 1e-6, f"{total} against {gb(ctx)} GB")
+b1, b512 = sum(s["bytes"] for s in rows(1)), sum(s["bytes"] for s in rows(512))
+check("cache_bytes", b512 - b1 == 511 * 1152 * 40, f"{b512 - b1}")
+PY
+for g in 1 7 132 264; do
+	"$B" plan 4096 $g >/dev/null 2>"$tmp/g"
+	rc=$?
+	grep -q "lists: finish" "$tmp/g"
+	check "plan.blocks.$g" $((rc | $?)) "$(cat "$tmp/g")"
+done
