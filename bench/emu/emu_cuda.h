@@ -29,6 +29,7 @@ inline float2 make_float2(float a, float b) { return float2{ a, b }; }
 inline float4 make_float4(float a, float b, float c, float d) { return float4{ a, b, c, d }; }
 inline uint2 make_uint2(unsigned a, unsigned b) { return uint2{ a, b }; }
 inline uint4 make_uint4(unsigned a, unsigned b, unsigned c, unsigned d) { return uint4{ a, b, c, d }; }
+inline int2 make_int2(int a, int b) { return int2{ a, b }; }
 inline int4 make_int4(int a, int b, int c, int d) { return int4{ a, b, c, d }; }
 
 struct __half { uint16_t x_; };
@@ -67,6 +68,13 @@ inline int __dp4a(int a, int b, int c)
 	return c;
 }
 template <class T> inline T __ldg(const T *p) { return *p; }
+/* bar.sync id, n: the first n threads to arrive go on together (emu_rt.h) */
+void emu_bar_named(int id, int n);
+/* the fibers run one at a time: a read-modify-write is atomic */
+inline unsigned atomicAdd(unsigned *p, unsigned v) { const unsigned o = *p; *p = o + v; return o; }
+inline int atomicExch(int *p, int v) { const int o = *p; *p = v; return o; }
+/* one fiber at a time, in program order: every store is already seen */
+inline void __threadfence() {}
 template <class T> inline T __ldcs(const T *p) { return *p; }
 template <class T> inline T __ldcg(const T *p) { return *p; }
 /* per-byte a - b, modulo 256 */

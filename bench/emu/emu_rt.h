@@ -69,6 +69,23 @@ void __syncthreads()
 		yield_();
 }
 
+/* bar.sync id, n (id 1..15; 0 is __syncthreads'): n arrivals release them */
+static int nbar_arrived[16], nbar_gen[16];
+void emu_bar_named(int id, int n)
+{
+	if (id < 1 || id > 15 || n < 1 || n > n_threads)
+		die("bad named barrier");
+	int g = nbar_gen[id];
+	if (++nbar_arrived[id] == n) {
+		nbar_arrived[id] = 0;
+		nbar_gen[id]++;
+		progress++;
+		return;
+	}
+	while (nbar_gen[id] == g)
+		yield_();
+}
+
 typedef void (*compute_fn)(emu_warp &);
 static void warp_op(int op, const uint32_t *in, int nin, uint32_t *out, int nout, compute_fn f)
 {
@@ -461,6 +478,7 @@ static void run_block(dim3 grid, dim3 block, uint3 bid, unsigned sched)
 	fibers.resize(n_threads);
 	warps.assign((n_threads + 31) / 32, emu_warp{});
 	bar_arrived = bar_gen = 0;
+	memset(nbar_arrived, 0, sizeof nbar_arrived);
 	memset(emu_smem, 0xff, SMEM); /* NaN in fp32 and fp16: stale reads show */
 	for (int i = 0; i < n_threads; i++) {
 		emu_fiber &f = fibers[i];

@@ -1,0 +1,526 @@
+/*
+ * dataflow.cuh - the step-structure probe's device code and plan, shared by
+ * the lab program (bench/kernels/dataflow.cu, which says what it measures)
+ * and the CPU emulator's driver (bench/emu/emu_dataflow.cc, built with
+ * X4_EMU: the same kernels' text on fibers, a block's threads and several
+ * blocks at once).
+ *
+ * A plan is the decode step as a chain of stages, from a config's tensor
+ * list (x4_layout): each stage a product of its rows with the stage
+ * before's output, cut into units of at most 64 rows and one page.  Its
+ * products are a probe's: plain dot products of the rows' bytes read as
+ * BF16 pairs with the input, y = tanh(scale * sum), the step's first stage
+ * adding the step's number.
+ */
+#ifndef X4_DATAFLOW_CUH
+#define X4_DATAFLOW_CUH
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "x4.h"
+#include "pdl.cuh"
+
+namespace x4df {
+
+constexpr int PAGE = 32768; /* a unit's bytes at most */
+constexpr int NPAGE = 5;    /* the dataflow ring's pages at most */
+constexpr int XMAX = 8192;  /* input values staged a unit */
+constexpr int CW = 8;       /* compute warps a block */
+constexpr int UROWS = 64;   /* rows a unit at most */
+constexpr unsigned long long SPIN_NS = 2000000000ull; /* a dependency wait that gives up */
+
+struct stage {
+	const uint8_t *w; /* rows x rb bytes */
+	const float *x;   /* the input: the stage before's y */
+	float *y;         /* [max(rows, XMAX)] */
+	int rows, rb;     /* rb: a multiple of 16, at most PAGE */
+	int nx;           /* input values read: a power of two, 8..XMAX */
+	int upr;          /* rows a unit */
+	int units;
+	int dep;          /* the stage whose units it waits for */
+	int late;         /* the stage its later units' weights wait for (the router), else -1 */
+	int late_from;    /* the first unit that waits for it */
+	int first;        /* the step's first stage: waits for the previous step's last */
+	int trig_late;    /* (kernels) trigger after the wait: the next stage's weights wait
+			   * for a stage before this one, which its start then implies */
+	float scale;
+};
+
+/* ---- the primitives: PTX on sm_90; with X4_EMU, the CPU emulator's
+ * (bench/emu/emu_dataflow.cc: fibers, the waits yield) ---- */
+#if defined(X4_EMU)
+#define X4_DF 1
+uint8_t *emu_df_smem();
+void emu_df_mbar_init(uint64_t *b, unsigned count);
+bool emu_df_mbar_try(uint64_t *b, unsigned parity);
+void emu_df_mbar_arrive(uint64_t *b);
+void emu_df_bulk(void *dst, const void *src, unsigned bytes, uint64_t *b);
+unsigned emu_df_ld_acquire(const unsigned *p);
+/* no wait gives up there: the emulator finds a deadlock itself */
+inline unsigned long long gtime() { return 0; }
+inline uint8_t *dyn_smem() { return emu_df_smem(); }
+inline void mbar_init(uint64_t *b, unsigned count) { emu_df_mbar_init(b, count); }
+inline bool mbar_try(uint64_t *b, unsigned parity) { return emu_df_mbar_try(b, parity); }
+inline void mbar_arrive(uint64_t *b) { emu_df_mbar_arrive(b); }
+inline void bulk_copy(void *dst, const void *src, unsigned bytes, uint64_t *b) { emu_df_bulk(dst, src, bytes, b); }
+inline unsigned ld_acquire(const unsigned *p) { return emu_df_ld_acquire(p); }
+inline void fence_init() {}
+inline void bar_compute() { emu_bar_named(1, 32 * CW); }
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define X4_DF 1
+__device__ __forceinline__ unsigned long long gtime()
+{
+	unsigned long long t;
+	asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+	return t;
+}
+
+__device__ __forceinline__ uint8_t *dyn_smem()
+{
+	extern __shared__ __align__(128) uint8_t df_smem[];
+	return df_smem;
+}
+
+__device__ __forceinline__ uint32_t sa(const void *p)
+{
+	return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+__device__ __forceinline__ void mbar_init(uint64_t *b, unsigned count)
+{
+	asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(sa(b)), "r"(count) : "memory");
+}
+
+/* the barriers' initialisation made visible to the bulk copies */
+__device__ __forceinline__ void fence_init()
+{
+	asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
+/* has the phase of b with this parity completed? */
+__device__ __forceinline__ bool mbar_try(uint64_t *b, unsigned parity)
+{
+	uint32_t ok;
+	asm volatile("{\n\t.reg .pred p;\n\t"
+		     "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
+		     "selp.u32 %0, 1, 0, p;\n\t}"
+		     : "=r"(ok)
+		     : "r"(sa(b)), "r"(parity)
+		     : "memory");
+	return ok != 0;
+}
+
+__device__ __forceinline__ void mbar_arrive(uint64_t *b)
+{
+	asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(sa(b)) : "memory");
+}
+
+/* bytes from global src to shared dst, completing on b's transaction count
+ * (b's one arrival with them) */
+__device__ __forceinline__ void bulk_copy(void *dst, const void *src, unsigned bytes, uint64_t *b)
+{
+	asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(sa(b)), "r"(bytes)
+		     : "memory");
+	asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+			     sa(dst)),
+		     "l"(src), "r"(bytes), "r"(sa(b))
+		     : "memory");
+}
+
+__device__ __forceinline__ unsigned ld_acquire(const unsigned *p)
+{
+	unsigned v;
+	asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+	return v;
+}
+
+/* the compute warps' barrier (the dataflow block's loader warp is not in it) */
+__device__ __forceinline__ void bar_compute()
+{
+	asm volatile("bar.sync 1, %0;" ::"n"(32 * CW) : "memory");
+}
+#endif
+
+#ifdef X4_DF
+/* wait for the phase of b with this parity to complete; past SPIN_NS (or
+ * once another wait has given up) set *err and go on, so that a wrong plan
+ * ends in a message instead of a hang */
+__device__ void mbar_wait(uint64_t *b, unsigned parity, int *err)
+{
+	unsigned long long t0 = 0;
+	for (unsigned i = 0; !mbar_try(b, parity); i++) {
+		if (i == 0)
+			t0 = gtime();
+		else if ((i & 63) == 0 && (*(volatile int *)err || gtime() - t0 > SPIN_NS)) {
+			atomicExch(err, 1);
+			return;
+		}
+	}
+}
+
+/* wait until *p >= target, with the same way out */
+__device__ void spin_ge(const unsigned *p, unsigned target, int *err)
+{
+	const unsigned long long t0 = gtime();
+	for (unsigned i = 0; ld_acquire(p) < target; i++) {
+		if ((i & 255) == 255) {
+			if (*(volatile int *)err)
+				return;
+			if (gtime() - t0 > SPIN_NS) {
+				atomicExch(err, 1);
+				return;
+			}
+		}
+	}
+}
+
+__device__ __forceinline__ float warp_sum(float s)
+{
+#pragma unroll
+	for (int o = 16; o; o >>= 1)
+		s += __shfl_xor_sync(0xffffffffu, s, o);
+	return s;
+}
+
+/* unit u of stage S from its rows in page and its input in xs, by the 32 *
+ * CW compute threads (t): rows split among the warps, or each row's chunks
+ * among CW / rows warps; every sum in a fixed order */
+__device__ void unit(const stage &S, int u, const uint8_t *page, const float *xs, float *red, int step,
+		     int t)
+{
+	const int r0 = u * S.upr, nr = min(S.upr, S.rows - r0);
+	const int cpr = S.rb >> 4;
+	const int parts = nr >= CW ? 1 : CW / nr;
+	const unsigned m = (unsigned)S.nx - 1;
+	const int w = t >> 5, lane = t & 31;
+	for (int k = w; k < nr * parts; k += CW) {
+		const int r = k / parts, p = k % parts;
+		const int c1 = (p + 1) * cpr / parts;
+		const uint4 *row = reinterpret_cast<const uint4 *>(page + (size_t)r * S.rb);
+		float s = 0.f;
+		for (int c = p * cpr / parts + lane; c < c1; c += 32) {
+			const uint4 v = row[c];
+			const float *x = xs + ((unsigned)c * 8u & m);
+			const uint32_t q[4] = { v.x, v.y, v.z, v.w };
+#pragma unroll
+			for (int i = 0; i < 4; i++) {
+				s = fmaf(__uint_as_float(q[i] << 16), x[2 * i], s);
+				s = fmaf(__uint_as_float(q[i] & 0xffff0000u), x[2 * i + 1], s);
+			}
+		}
+		s = warp_sum(s);
+		if (lane == 0)
+			red[k] = s;
+	}
+	bar_compute();
+	if (t < nr) {
+		float s = 0.f;
+		for (int p = 0; p < parts; p++)
+			s += red[t * parts + p];
+		float v = tanhf(s * S.scale);
+		if (S.first)
+			v += 1e-3f * (float)step;
+		S.y[r0 + t] = v;
+	}
+}
+
+__device__ __forceinline__ void stage_x(const stage &S, float *xs, int t)
+{
+	for (int i = t; i < S.nx; i += 32 * CW)
+		xs[i] = __ldcg(S.x + i);
+}
+#endif
+
+/* the kernels form: unit blockIdx.x of stage *sp at step `step` */
+__global__ void __launch_bounds__(32 * CW) stage_kernel(const stage *sp, int step, int *err)
+{
+#ifdef X4_DF
+	uint8_t *sm = dyn_smem();
+	uint8_t *page = sm;
+	float *xs = reinterpret_cast<float *>(sm + PAGE), *red = xs + XMAX;
+	uint64_t *full = reinterpret_cast<uint64_t *>(red + UROWS);
+	const int u = blockIdx.x, t = threadIdx.x;
+	const stage S = *sp; /* the plan: not an activation */
+	if (t == 0) {
+		mbar_init(full, 1);
+		fence_init();
+	}
+	__syncthreads();
+	if (!S.trig_late)
+		x4p::trigger();
+	/* weights that wait for the stage before wait for the dependency; those
+	 * that wait for an earlier one are known once this grid starts (the
+	 * stage before triggers after its own wait), as x4's MoE down does */
+	const bool late = S.late >= 0 && S.late == S.dep && u >= S.late_from;
+	const int nr = min(S.upr, S.rows - u * S.upr);
+	const uint8_t *src = S.w + (size_t)u * S.upr * S.rb;
+	if (t == 0 && !late) /* weights: before the wait */
+		bulk_copy(page, src, (unsigned)(nr * S.rb), full);
+	x4p::wait();
+	if (S.trig_late)
+		x4p::trigger();
+	if (t == 0 && late) /* the routed experts': which ones is the router's */
+		bulk_copy(page, src, (unsigned)(nr * S.rb), full);
+	stage_x(S, xs, t);
+	__syncthreads();
+	mbar_wait(full, 0, err);
+	unit(S, u, page, xs, red, step, t);
+#endif
+}
+
+/* the dataflow form: block b runs its units list[off[b] .. off[b + 1]) (a
+ * stage and a unit each, in the step's order) for each step; done[s] counts
+ * stage s's units over all steps */
+__global__ void __launch_bounds__(32 * (CW + 1), 1)
+dataflow_kernel(const stage *st, const int2 *list, const int *off, unsigned *done, int steps, int npage,
+		int *err)
+{
+#ifdef X4_DF
+	uint8_t *sm = dyn_smem();
+	float *xs = reinterpret_cast<float *>(sm + (size_t)npage * PAGE), *red = xs + XMAX;
+	uint64_t *full = reinterpret_cast<uint64_t *>(red + UROWS), *empty = full + NPAGE;
+	const int t = threadIdx.x, b0 = off[blockIdx.x], b1 = off[blockIdx.x + 1];
+	if (t == 0) {
+		for (int i = 0; i < npage; i++) {
+			mbar_init(full + i, 1);
+			mbar_init(empty + i, 1);
+		}
+		fence_init();
+	}
+	__syncthreads();
+	if (t >= 32 * CW) { /* the loader warp: its lane 0 */
+		if (t != 32 * CW)
+			return;
+		unsigned n = 0;
+		for (int step = 0; step < steps; step++)
+			for (int i = b0; i < b1; i++, n++) {
+				const int2 e = list[i];
+				const stage &S = st[e.x];
+				const unsigned slot = n % npage, use = n / npage;
+				if (use)
+					mbar_wait(empty + slot, (use - 1) & 1, err);
+				if (S.late >= 0 && e.y >= S.late_from)
+					spin_ge(done + S.late, (unsigned)(step + 1) * st[S.late].units, err);
+				const int nr = min(S.upr, S.rows - e.y * S.upr);
+				bulk_copy(sm + (size_t)slot * PAGE, S.w + (size_t)e.y * S.upr * S.rb,
+					  (unsigned)(nr * S.rb), full + slot);
+			}
+		return;
+	}
+	/* a block's units of a stage are consecutive in its list: it counts them
+	 * into done[] once, after the last (one fence a stage, not a unit) */
+	unsigned n = 0, run = 0;
+	int xkey = -1, run_stage = 0;
+	for (int step = 0; step < steps; step++)
+		for (int i = b0; i < b1; i++, n++) {
+			const int2 e = list[i];
+			const stage &S = st[e.x];
+			const unsigned slot = n % npage, use = n / npage;
+			const int key = step * 65536 + e.x;
+			if (key != xkey) { /* this block's first unit of the stage this step */
+				if (t == 0) {
+					if (run) { /* every thread's y of the last run: behind the barrier */
+						__threadfence();
+						atomicAdd(done + run_stage, run);
+					}
+					spin_ge(done + S.dep, (unsigned)(S.first ? step : step + 1) * st[S.dep].units,
+						err);
+				}
+				run = 0;
+				bar_compute();
+				stage_x(S, xs, t);
+				bar_compute();
+				xkey = key;
+			}
+			mbar_wait(full + slot, use & 1, err);
+			unit(S, e.y, sm + (size_t)slot * PAGE, xs, red, step, t);
+			bar_compute(); /* the y written, the page and red read */
+			if (t == 0)
+				mbar_arrive(empty + slot);
+			run_stage = e.x, run++;
+		}
+	if (t == 0 && run) {
+		__threadfence();
+		atomicAdd(done + run_stage, run);
+	}
+#endif
+}
+
+struct plan {
+	std::vector<stage> st;
+	double bytes = 0;
+	size_t wbytes = 0;
+};
+
+int pow2_floor(int v)
+{
+	int p = 8;
+	while (p * 2 <= v && p * 2 <= XMAX)
+		p *= 2;
+	return p;
+}
+
+/* a stage of rows x rb bytes (rb rounded up to 16) reading nx of the stage
+ * before's values; its weights' offset into one allocation in .w for now */
+void add(plan *P, int rows, size_t rb, int nx_real)
+{
+	stage s = {};
+	s.rows = rows;
+	s.rb = (int)((rb + 15) / 16 * 16);
+	if (s.rb > PAGE) {
+		fprintf(stderr, "dataflow: a row of %zu bytes is more than a page\n", rb);
+		exit(1);
+	}
+	s.nx = pow2_floor(nx_real);
+	s.upr = std::max(1, std::min(UROWS, PAGE / s.rb));
+	s.units = (rows + s.upr - 1) / s.upr;
+	s.dep = (int)P->st.size() - 1;
+	s.late = -1;
+	s.scale = 1.0f / (0.05f * sqrtf((float)(s.rb / 2)));
+	s.w = reinterpret_cast<const uint8_t *>(P->wbytes);
+	P->wbytes += (size_t)rows * s.rb;
+	P->bytes += (double)rows * s.rb;
+	P->st.push_back(s);
+}
+
+/* the step of the released model at `ctx` positions of cache, from its
+ * tensor list */
+plan make_plan(const x4_config &c, int ctx)
+{
+	x4_tensor_spec *ts;
+	int nt;
+	x4_err e = { 0 };
+	if (x4_layout(&c, &ts, &nt, &e)) {
+		fprintf(stderr, "dataflow: %s\n", e.msg);
+		exit(1);
+	}
+	auto find = [&](int b, const char *name) -> const x4_tensor_spec & {
+		char full[64];
+		if (b >= 0)
+			snprintf(full, sizeof full, "blk.%d.%s", b, name);
+		else
+			snprintf(full, sizeof full, "%s", name);
+		for (int i = 0; i < nt; i++)
+			if (!strcmp(ts[i].name, full))
+				return ts[i];
+		fprintf(stderr, "dataflow: no tensor %s in the layout\n", full);
+		exit(1);
+	};
+	/* bytes of one row (ne[0] values) and the rows (the other dims) */
+	auto rb = [](const x4_tensor_spec &t) {
+		return (size_t)t.ne[0] / x4_type_block_elems(t.type) * x4_type_block_bytes(t.type);
+	};
+	auto rows = [](const x4_tensor_spec &t) { return (int)(t.ne[1] * t.ne[2]); };
+	const int D = c.n_embd;
+	plan P;
+	const x4_tensor_spec &emb = find(-1, "token_embd.weight");
+	add(&P, 64, rb(emb) / 64, XMAX); /* the embedding's row, read as 64 rows */
+	for (int b = 0; b < c.n_block; b++) {
+		const x4_tensor_spec &ha = find(b, "hc_attn_fn.weight"), &qa = find(b, "attn_q_a.weight");
+		const x4_tensor_spec &kva = find(b, "attn_kv_a_mqa.weight"), &qb = find(b, "attn_q_b.weight");
+		const x4_tensor_spec &kb = find(b, "attn_k_b.weight"), &vb = find(b, "attn_v_b.weight");
+		const x4_tensor_spec &o = find(b, "attn_output.weight"), &hf = find(b, "hc_ffn_fn.weight");
+		add(&P, rows(ha), rb(ha), c.n_hc * D);            /* the attention's gate */
+		add(&P, rows(qa) + rows(kva), rb(qa), D);         /* q_a and kv_a */
+		add(&P, 64, 16, c.q_lora);                        /* the norms, the cache row */
+		add(&P, rows(qb), rb(qb), c.q_lora);              /* q_b */
+		add(&P, rows(kb), rb(kb), c.n_head * c.d_nope);   /* q into the latent */
+		add(&P, ctx, (size_t)2 * (c.kv_lora + c.d_rope), /* the attention over the cache */
+		    c.n_head * (c.kv_lora + c.d_rope));
+		add(&P, 64, 16, XMAX);                            /* the splits' combine */
+		add(&P, rows(vb), rb(vb), c.n_head * c.kv_lora);  /* the values out of the latent */
+		add(&P, rows(o), rb(o), c.n_head * c.d_v);        /* the output projection */
+		add(&P, rows(hf), rb(hf), c.n_hc * D);            /* the FFN's gate */
+		if (b < c.n_dense) {
+			const x4_tensor_spec &g = find(b, "ffn_gate.weight"), &dn = find(b, "ffn_down.weight");
+			add(&P, 2 * rows(g), rb(g), D);
+			add(&P, rows(dn), rb(dn), c.n_ff);
+			continue;
+		}
+		const x4_tensor_spec &r = find(b, "ffn_gate_inp.weight");
+		const x4_tensor_spec &ge = find(b, "ffn_gate_exps.weight"), &de = find(b, "ffn_down_exps.weight");
+		const int used = c.n_expert_used, sh = c.n_expert_shared;
+		add(&P, rows(r), rb(r), D); /* the router */
+		const int router = (int)P.st.size() - 1;
+		/* the shared expert's gate and up rows, then the routed experts' */
+		add(&P, 2 * c.n_ff_exp * (sh + used), rb(ge), D);
+		stage &gu = P.st.back();
+		gu.late = router;
+		gu.late_from = 2 * c.n_ff_exp * sh / gu.upr;
+		/* the down: each output row sums the chosen experts' and the shared's */
+		add(&P, (int)de.ne[1], rb(de) * (size_t)(used + sh), c.n_ff_exp * (used + sh));
+		P.st.back().late = router;
+		P.st[P.st.size() - 2].trig_late = 1;
+	}
+	add(&P, 64, 16, XMAX); /* the head's gate and norm */
+	const x4_tensor_spec &out = find(-1, "output.weight");
+	add(&P, rows(out), rb(out), D);
+	add(&P, 64, 16, XMAX); /* the argmax */
+	P.st[0].first = 1;
+	P.st[0].dep = (int)P.st.size() - 1;
+	free(ts);
+	return P;
+}
+
+/* the dataflow form's lists: the step's units in order, dealt to G blocks in turn */
+std::vector<std::vector<int2>> deal(const plan &P, int G)
+{
+	std::vector<std::vector<int2>> lists(G);
+	size_t cursor = 0;
+	for (int s = 0; s < (int)P.st.size(); s++)
+		for (int u = 0; u < P.st[s].units; u++)
+			lists[cursor++ % G].push_back(make_int2(s, u));
+	return lists;
+}
+
+/* On the host, without a device: the plan's stages, and the dataflow lists
+ * run for `steps` steps by a model of the kernel's waits (each block takes
+ * its next unit once the counts it waits for are there, its loader's late
+ * wait included), which must finish: returns 1 if the blocks would all
+ * wait. */
+int show_plan(const plan &P, int G, int steps, int ctx)
+{
+	printf("stage\trows\trow_bytes\tunits\trows_a_unit\tinputs\tdep\tlate\tlate_from\tbytes\n");
+	for (size_t i = 0; i < P.st.size(); i++) {
+		const stage &s = P.st[i];
+		printf("%zu\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%zu\n", i, s.rows, s.rb, s.units, s.upr, s.nx, s.dep,
+		       s.late, s.late_from, (size_t)s.rows * s.rb);
+	}
+	const std::vector<std::vector<int2>> lists = deal(P, G);
+	std::vector<unsigned> done(P.st.size(), 0);
+	std::vector<size_t> at(G, 0);
+	const size_t per = lists[0].size();
+	size_t left = 0;
+	for (auto &l : lists)
+		left += l.size() * steps;
+	for (bool moved = true; moved && left;) {
+		moved = false;
+		for (int b = 0; b < G; b++)
+			while (at[b] < lists[b].size() * steps) {
+				const int step = (int)(at[b] / lists[b].size());
+				const int2 e = lists[b][at[b] % lists[b].size()];
+				const stage &S = P.st[e.x];
+				const unsigned need = (unsigned)(S.first ? step : step + 1) * P.st[S.dep].units;
+				if (done[S.dep] < need)
+					break;
+				if (S.late >= 0 && e.y >= S.late_from &&
+				    done[S.late] < (unsigned)(step + 1) * P.st[S.late].units)
+					break;
+				done[e.x]++, at[b]++, left--, moved = true;
+			}
+	}
+	fprintf(stderr, "# plan: %zu stages, %.6f GB a step at context %d; %d blocks, %zu units on block 0; "
+			"%d steps of the dataflow lists: %s\n",
+		P.st.size(), P.bytes * 1e-9, ctx, G, per, steps, left ? "the blocks all wait (a deadlock)" : "finish");
+	return left ? 1 : 0;
+}
+
+} /* namespace x4df */
+
+#endif
