@@ -167,19 +167,8 @@ static void run_grid(unsigned b0, unsigned nb, unsigned gridx, unsigned threads,
 	const size_t n = (size_t)nb * threads;
 	fibers.clear();
 	fibers.resize(n);
-	for (size_t i = 0; i < n; i++) {
-		emu_fiber &f = fibers[i];
-		f.tid = uint3{ (unsigned)(i % threads), 0, 0 };
-		f.warp = (int)(i % threads) / 32;
-		f.lane = (int)(i % threads) % 32;
-		f.done = false;
-		f.stack.resize(emu_stack);
-		getcontext(&f.ctx);
-		f.ctx.uc_stack.ss_sp = f.stack.data();
-		f.ctx.uc_stack.ss_size = f.stack.size();
-		f.ctx.uc_link = &sched_ctx;
-		makecontext(&f.ctx, entry, 0);
-	}
+	for (size_t i = 0; i < n; i++)
+		fiber_init(fibers[i], (unsigned)(i % threads));
 	int in = -1; /* the block whose state the runtime's globals hold */
 	auto swap_in = [&](int b) {
 		if (in == b)

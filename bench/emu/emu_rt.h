@@ -466,6 +466,21 @@ static void entry()
 	emu_cur->done = true;
 }
 
+/* thread t of a block on fiber f, at the start of body() */
+static void fiber_init(emu_fiber &f, unsigned t)
+{
+	f.tid = uint3{ t, 0, 0 };
+	f.warp = (int)t / 32;
+	f.lane = (int)t % 32;
+	f.done = false;
+	f.stack.resize(emu_stack);
+	getcontext(&f.ctx);
+	f.ctx.uc_stack.ss_sp = f.stack.data();
+	f.ctx.uc_stack.ss_size = f.stack.size();
+	f.ctx.uc_link = &sched_ctx;
+	makecontext(&f.ctx, entry, 0);
+}
+
 /* one block of the grid, its threads on fibers; sched 0: in order, else a
  * random order every round from that seed */
 static void run_block(dim3 grid, dim3 block, uint3 bid, unsigned sched)
@@ -480,19 +495,8 @@ static void run_block(dim3 grid, dim3 block, uint3 bid, unsigned sched)
 	bar_arrived = bar_gen = 0;
 	memset(nbar_arrived, 0, sizeof nbar_arrived);
 	memset(emu_smem, 0xff, SMEM); /* NaN in fp32 and fp16: stale reads show */
-	for (int i = 0; i < n_threads; i++) {
-		emu_fiber &f = fibers[i];
-		f.tid = uint3{ (unsigned)i, 0, 0 };
-		f.warp = i / 32;
-		f.lane = i % 32;
-		f.done = false;
-		f.stack.resize(emu_stack);
-		getcontext(&f.ctx);
-		f.ctx.uc_stack.ss_sp = f.stack.data();
-		f.ctx.uc_stack.ss_size = f.stack.size();
-		f.ctx.uc_link = &sched_ctx;
-		makecontext(&f.ctx, entry, 0);
-	}
+	for (int i = 0; i < n_threads; i++)
+		fiber_init(fibers[i], (unsigned)i);
 	std::mt19937 rng(sched);
 	std::vector<int> order(n_threads);
 	for (int i = 0; i < n_threads; i++)
