@@ -7,7 +7,8 @@
 # the head's gate, the head and the argmax), the cache stage's rows are the
 # context, each unit fits a page, the routed experts' weights wait for the
 # router and the shared expert's do not, the bytes are the stages' sum and
-# grow by the cache's 1,152 bytes a position and block, and the lists finish
+# grow by the cache's 1,152 bytes a position and block, the iq4 plan reads
+# the IQ4_NL stages' bytes as codes and no other's, and the lists finish
 # for 1, 7, 132 and 264 blocks.  A SKIP where nvcc did not build the lab.
 set -u
 cd "$(dirname "$0")/.." || exit 2
@@ -55,6 +56,24 @@ for ctx in (1, 512, 32768):
     check(f"{ctx}.bytes", abs(total * 1e-9 - gb(ctx)) < 1e-6, f"{total} against {gb(ctx)} GB")
 b1, b512 = sum(s["bytes"] for s in rows(1)), sum(s["bytes"] for s in rows(512))
 check("cache_bytes", b512 - b1 == 511 * 1152 * 40, f"{b512 - b1}")
+PY
+# the iq4 plan: the same stages and bytes, its 80 IQ4_NL stages (the two
+# dense blocks' gate/up and down, each MoE block's experts' gate/up and
+# down) read as codes, none in the bf16 plan
+"$B" plan 512 132 iq4 >"$tmp/q.tsv" 2>"$tmp/qe"
+check plan.iq4.runs $? "$(cat "$tmp/qe")"
+python3 - "$tmp" <<'PY'
+import sys
+d = sys.argv[1]
+def rows(f):
+    t = [l.rstrip("\n").split("\t") for l in open(f"{d}/{f}")]
+    return [dict(zip(t[0], map(int, r))) for r in t[1:]]
+q, b = rows("q.tsv"), rows("p512.tsv")
+codes = [s for s in q if s["codes"]]
+ok = len(codes) == 80 and all(s["row_bytes"] in (2016, 5184, 2880) for s in codes)
+print(("PASS" if ok else "FAIL") + " dataflow.iq4.codes" + ("" if ok else f": {len(codes)} stages of codes"))
+ok = not any(s["codes"] for s in b) and [(s["rows"], s["row_bytes"]) for s in q] == [(s["rows"], s["row_bytes"]) for s in b]
+print(("PASS" if ok else "FAIL") + " dataflow.iq4.same_stages" + ("" if ok else ": the plans differ"))
 PY
 for g in 1 7 132 264; do
 	"$B" plan 4096 $g >/dev/null 2>"$tmp/g"

@@ -10,10 +10,12 @@
  * (0xff, NaN) at issue and filled only when a thread waits on its barrier,
  * so that a read before the wait shows.  Checked: every stage's output of
  * the kernels form against a float64 product of the same rows with the same
- * input (the stage before's output) at 3e-5 of its scaled sum of |terms|;
+ * input (the stage before's output) at 3e-5 of its scaled sum of |terms|,
+ * in the bf16 plan and in the iq4 plan (the IQ4_NL stages' bytes as codes,
+ * decoded as quant_dev.cuh's CUDA-core lookup does);
  * the dataflow form's outputs the same bits as the kernels form's, for 1 to
- * 5 blocks, rings of 5 and 2 pages, in order and at random, the copies at
- * issue and late; each stage's counter at steps x units; no wait gave up
+ * 5 blocks, 8 and 16 compute warps, rings of 1, 2 and 5 pages, in order and
+ * at random, the copies at issue and late; each stage's counter at steps x units; no wait gave up
  * and no copy read outside the weights or wrote outside its page.  A
  * deadlock (every thread waiting, for 64 rounds) ends the run.  Run by
  * tests/tool_emu_dataflow.sh in make test. */
@@ -249,7 +251,7 @@ static void run_kernels(form &F, int steps, unsigned sched, bool late)
 		}
 }
 
-static void run_dataflow(form &F, const plan &P, int G, int steps, int npage, unsigned sched, bool late)
+static void run_dataflow(form &F, const plan &P, int G, int nw, int steps, int npage, unsigned sched, bool late)
 {
 	const std::vector<std::vector<int2>> lists = deal(P, G);
 	std::vector<int2> flat;
@@ -260,23 +262,27 @@ static void run_dataflow(form &F, const plan &P, int G, int steps, int npage, un
 	}
 	df_late = late;
 	df_smem_bytes = (size_t)npage * PAGE + (XMAX + UROWS) * 4 + 2 * NPAGE * 8;
-	run_grid(0, (unsigned)G, (unsigned)G, 32 * (CW + 1), sched, [&] {
-		dataflow_kernel(F.st.data(), flat.data(), off.data(), F.done.data(), steps, npage, &F.err);
+	run_grid(0, (unsigned)G, (unsigned)G, 32 * (nw + 1), sched, [&] {
+		if (nw == 16)
+			dataflow_kernel<16>(F.st.data(), flat.data(), off.data(), F.done.data(), steps, npage, &F.err);
+		else
+			dataflow_kernel<8>(F.st.data(), flat.data(), off.data(), F.done.data(), steps, npage, &F.err);
 	});
 }
 
-int main()
+/* the plan (iq4: the IQ4_NL stages read as codes) run by each form; the
+ * dataflow configurations from cfgs[0 .. ncfg) */
+struct cfg {
+	int G, nw, npage;
+	unsigned sched;
+	bool late;
+};
+
+static void check_plan(const x4_config &c, bool iq4, const cfg *cfgs, int ncfg)
 {
-	x4_config c;
-	x4_err e = { 0 };
-	if (x4_config_preset("tiny", &c, &e)) {
-		fprintf(stderr, "%s\n", e.msg);
-		return 1;
-	}
-	c.n_vocab = 4096; /* the head's 32,768 rows are most of the units: an eighth of them */
-	emu_stack = 16 << 10;
+	const char *mode = iq4 ? "iq4" : "bf16";
 	const int ctx = 37, steps = 2;
-	plan P = make_plan(c, ctx);
+	plan P = make_plan(c, ctx, iq4);
 	const int ns = (int)P.st.size();
 	/* the weights: BF16 words of 2^-7..2^-4 (the lab's filler's range) */
 	std::vector<uint8_t> W(P.wbytes + 16);
@@ -292,19 +298,25 @@ int main()
 		s.w = w + reinterpret_cast<size_t>(s.w);
 	std::vector<size_t> yoff(1, 0);
 	size_t units = 0;
+	int n_codes = 0;
 	for (const stage &s : P.st) {
 		yoff.push_back(yoff.back() + (size_t)std::max(s.rows, XMAX));
 		units += s.units;
+		n_codes += s.codes;
 	}
-	printf("# tiny plan at context %d: %d stages, %zu units a step, %.1f MB a step\n", ctx, ns, units,
-	       P.bytes * 1e-6);
+	printf("# %s: the tiny plan at context %d: %d stages (%d of codes), %zu units a step, %.1f MB a step\n",
+	       mode, ctx, ns, n_codes, units, P.bytes * 1e-6);
+	char name[96];
 
 	/* the kernels form, in order with the copies at issue: the reference */
 	form K(P, yoff);
 	run_kernels(K, steps, 0, false);
-	report(!K.err, "kernels.waits", "no wait gave up");
+	snprintf(name, sizeof name, "%s.kernels.waits", mode);
+	report(!K.err, name, "no wait gave up");
 	{
-		size_t bad = 0, first = 0, n = 0;
+		static const int8_t cb[16] = { X4B_IQ4NL_CODES_LO, X4B_IQ4NL_CODES_HI };
+		size_t bad = 0, n = 0;
+		int first = -1;
 		double worst = 0;
 		for (int s = 1; s < ns; s++) { /* stage 0's input is the previous step's, overwritten */
 			const stage &S = K.st[s];
@@ -312,43 +324,45 @@ int main()
 			for (int r = 0; r < S.rows; r++, n++) {
 				const uint8_t *row = S.w + (size_t)r * S.rb;
 				double sum = 0, mag = 0;
-				for (int j = 0; j < S.rb / 2; j++) {
-					uint16_t h;
-					memcpy(&h, row + 2 * j, 2);
-					const double t = (double)__uint_as_float((uint32_t)h << 16) * S.x[(unsigned)j & m];
-					sum += t, mag += fabs(t);
-				}
+				if (S.codes) /* byte b: values 2b (its low nibble) and 2b + 1 */
+					for (int b = 0; b < S.rb; b++)
+						for (int h = 0; h < 2; h++) {
+							const double t = (double)cb[(row[b] >> (4 * h)) & 15] *
+									 S.x[(unsigned)(2 * b + h) & m];
+							sum += t, mag += fabs(t);
+						}
+				else
+					for (int j = 0; j < S.rb / 2; j++) {
+						uint16_t h;
+						memcpy(&h, row + 2 * j, 2);
+						const double t = (double)__uint_as_float((uint32_t)h << 16) * S.x[(unsigned)j & m];
+						sum += t, mag += fabs(t);
+					}
 				const double ref = tanh(sum * S.scale) + (S.first ? 1e-3 * (steps - 1) : 0);
 				const double d = fabs(S.y[r] - ref), tol = 2e-7 + 3e-5 * S.scale * mag;
 				worst = std::max(worst, d / tol);
 				if (!(d <= tol) && !bad++)
-					first = (size_t)s;
+					first = s;
 			}
 		}
-		report(!bad, "kernels.float64", "%zu of %zu outputs of stages 1..%d within 3e-5 of the scaled sum of "
-		       "|terms| (worst %.2g of the bound)%s", n - bad, n, ns - 1, worst,
-		       bad ? (first ? " (first bad stage above)" : "") : "");
+		snprintf(name, sizeof name, "%s.kernels.float64", mode);
+		report(!bad, name, "%zu of %zu outputs of stages 1..%d within 3e-5 of the scaled sum of |terms| "
+		       "(worst %.2g of the bound)", n - bad, n, ns - 1, worst);
 		if (bad)
-			printf("# first bad stage %zu\n", first);
+			printf("# %s: the first stage out of bounds: %d\n", name, first);
 	}
 	form K2(P, yoff);
 	run_kernels(K2, steps, 3, true);
-	report(!K2.err && K2.y == K.y, "kernels.late", "the same bits at random with late copies");
+	snprintf(name, sizeof name, "%s.kernels.late", mode);
+	report(!K2.err && K2.y == K.y, name, "the same bits at random with late copies");
 
-	struct cfg {
-		int G, npage;
-		unsigned sched;
-		bool late;
-	};
-	const cfg cfgs[] = { { 1, 5, 0, false }, { 2, 2, 7, true },  { 3, 5, 0, true },
-			     { 5, 5, 11, true }, { 5, 2, 13, false }, { 4, 1, 17, true } };
-	for (const cfg &g : cfgs) {
+	for (int k = 0; k < ncfg; k++) {
+		const cfg &g = cfgs[k];
 		form D(P, yoff);
 		const long c0 = n_copies;
-		run_dataflow(D, P, g.G, steps, g.npage, g.sched, g.late);
-		char name[64];
-		snprintf(name, sizeof name, "dataflow.G%d.ring%d.%s.%s", g.G, g.npage, g.sched ? "random" : "order",
-			 g.late ? "late" : "atissue");
+		run_dataflow(D, P, g.G, g.nw, steps, g.npage, g.sched, g.late);
+		snprintf(name, sizeof name, "%s.dataflow.G%d.W%d.ring%d.%s.%s", mode, g.G, g.nw, g.npage,
+			 g.sched ? "random" : "order", g.late ? "late" : "atissue");
 		int bad_stage = -1;
 		for (int s = 0; s < ns && bad_stage < 0; s++)
 			if (memcmp(D.y.data() + yoff[s], K.y.data() + yoff[s], (size_t)P.st[s].rows * 4))
@@ -363,6 +377,24 @@ int main()
 		if (bad_stage >= 0)
 			printf("# %s: stage %d differs\n", name, bad_stage);
 	}
+}
+
+int main()
+{
+	x4_config c;
+	x4_err e = { 0 };
+	if (x4_config_preset("tiny", &c, &e)) {
+		fprintf(stderr, "%s\n", e.msg);
+		return 1;
+	}
+	c.n_vocab = 4096; /* the head's 32,768 rows are most of the units: an eighth of them */
+	emu_stack = 16 << 10;
+	const cfg cfgs[] = { { 1, 8, 5, 0, false },  { 2, 8, 2, 7, true },	{ 3, 8, 5, 0, true },
+			     { 5, 8, 5, 11, true },  { 5, 8, 2, 13, false }, { 4, 8, 1, 17, true },
+			     { 3, 16, 5, 29, true } };
+	check_plan(c, false, cfgs, 7);
+	const cfg cfgs_iq4[] = { { 1, 8, 5, 0, true }, { 3, 8, 2, 19, true }, { 5, 16, 5, 23, false } };
+	check_plan(c, true, cfgs_iq4, 3);
 	printf("%d passed, %d failed\n", passes, fails);
 	return fails ? 1 : 0;
 }

@@ -14,8 +14,9 @@
  *              experts' only once the router's units are done), and the
  *              compute warps wait only for a count of the stage before's
  *              units (a counter a stage, to which each block adds its units
- *              after its last one) and the unit's page; dataflow2 is the
- *              same with a ring of two pages.
+ *              after its last one) and the unit's page, 8 compute warps and
+ *              a ring of 5 pages; dataflow2 the same with a ring of two
+ *              pages, dataflow16 with 16 compute warps.
  *
  * A stage is one product of its rows (rb bytes a row, read as BF16 pairs)
  * with the stage before's output: y = tanh(scale * sum w x); the step's
@@ -40,8 +41,13 @@
  * float64, the dataflow form's bits against it with several blocks at once);
  * tests/tool_dataflow.sh checks the full preset's plan on the host.
  *
- *   make bench-kernels CUDA_ARCH=90 && build/bench/dataflow [old|new|all] [context] [steps] [pairs]
- *   build/bench/dataflow plan [context] [blocks]   # no device: the stages, the lists' check
+ *   make bench-kernels CUDA_ARCH=90 && build/bench/dataflow [old|new|all] [context] [steps] [pairs] [bf16|iq4]
+ *   build/bench/dataflow plan [context] [blocks] [bf16|iq4]   # no device: the stages, the lists' check
+ *
+ * iq4: the IQ4_NL stages' bytes read as 4-bit codes through the codebook on
+ * the CUDA cores (two values a byte, dataflow.cuh), so that the products
+ * cost what decoding them costs; bf16 (the default): every stage's bytes as
+ * BF16 pairs, the structure's own cost.
  */
 #include "lab.h"
 #include "dataflow.cuh"
@@ -50,18 +56,22 @@ using namespace x4df;
 
 int main(int argc, char **argv)
 {
+	/* the last argument bf16 (the default) or iq4: how the IQ4_NL stages' bytes are read */
+	bool iq4 = false;
+	if (argc > 2 && (!strcmp(argv[argc - 1], "iq4") || !strcmp(argv[argc - 1], "bf16")))
+		iq4 = !strcmp(argv[--argc], "iq4");
 	if (argc > 1 && !strcmp(argv[1], "plan")) { /* no device */
 		const int ctx = argc > 2 ? atoi(argv[2]) : 512, G = argc > 3 ? atoi(argv[3]) : 132;
 		if (ctx < 1 || G < 1) {
 			fprintf(stderr, "lab: context and blocks must be positive\n");
 			return 2;
 		}
-		return show_plan(make_plan(lab_model(), ctx), G, 3, ctx);
+		return show_plan(make_plan(lab_model(), ctx, iq4), G, 3, ctx);
 	}
 	lab L;
 	lab_init(&L, argc, argv,
 		 "times a decode step of the model's shapes as kernels (old) and as one dataflow kernel (new)\n"
-		 "  arguments: [old|new|all] [context 512] [steps 16] [pairs 3]");
+		 "  arguments: [old|new|all] [context 512] [steps 16] [pairs 3] [bf16|iq4]");
 	const int ctx = argc > 2 ? atoi(argv[2]) : 512, steps = argc > 3 ? atoi(argv[3]) : 16;
 	const int pairs = argc > 4 ? atoi(argv[4]) : 3;
 	if (ctx < 1 || steps < 1 || pairs < 1) {
@@ -76,7 +86,7 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	const x4_config c = lab_model();
-	plan P = make_plan(c, ctx);
+	plan P = make_plan(c, ctx, iq4);
 	const int ns = (int)P.st.size();
 	uint8_t *w = (uint8_t *)lab_alloc(P.wbytes);
 	lab_fill_half<<<1024, 256>>>((uint16_t *)w, P.wbytes / 2, 7, false);
@@ -93,15 +103,20 @@ int main(int argc, char **argv)
 	struct form {
 		const char *name;
 		int npage; /* 0: the kernels */
+		int nw;    /* the dataflow block's compute warps */
 		bool on;
 		std::vector<stage> st;
 		float *y;
 		stage *dst;
 		std::vector<double> us;
 	};
-	form F[3] = { { "kernels", 0, L.run_old, {}, NULL, NULL, {} },
-		      { "dataflow", NPAGE, L.run_new, {}, NULL, NULL, {} },
-		      { "dataflow2", 2, L.run_new, {}, NULL, NULL, {} } };
+	constexpr int NF = 4;
+	form F[NF] = { { "kernels", 0, CW, L.run_old, {}, NULL, NULL, {} },
+		       { "dataflow", NPAGE, 8, L.run_new, {}, NULL, NULL, {} },
+		       { "dataflow2", 2, 8, L.run_new, {}, NULL, NULL, {} },
+		       { "dataflow16", NPAGE, 16, L.run_new, {}, NULL, NULL, {} } };
+	/* the dataflow kernel of nw compute warps */
+	auto dkern = [](int nw) { return nw == 16 ? dataflow_kernel<16> : dataflow_kernel<8>; };
 	for (form &f : F) {
 		if (!f.on)
 			continue;
@@ -136,15 +151,17 @@ int main(int argc, char **argv)
 	const size_t sk = PAGE + (XMAX + UROWS) * 4 + 16;
 	LAB_CK(cudaFuncSetAttribute(stage_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sk));
 	auto dsmem = [](int np) { return (size_t)np * PAGE + (XMAX + UROWS) * 4 + 2 * NPAGE * 8; };
-	LAB_CK(cudaFuncSetAttribute(dataflow_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-				    (int)dsmem(NPAGE)));
-	for (int np : { NPAGE, 2 }) {
+	for (const form &f : F) {
+		if (!f.npage)
+			continue;
+		LAB_CK(cudaFuncSetAttribute(dkern(f.nw), cudaFuncAttributeMaxDynamicSharedMemorySize,
+					    (int)dsmem(NPAGE)));
 		int per_sm = 0;
-		LAB_CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, dataflow_kernel, 32 * (CW + 1),
-								     dsmem(np)));
+		LAB_CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, dkern(f.nw), 32 * (f.nw + 1),
+								     dsmem(f.npage)));
 		if (per_sm < 1) {
-			fprintf(stderr, "lab: the dataflow block (%zu bytes of shared memory) does not fit an SM\n",
-				dsmem(np));
+			fprintf(stderr, "lab: the %s block (%zu bytes of shared memory, %d threads) does not fit an SM\n",
+				f.name, dsmem(f.npage), 32 * (f.nw + 1));
 			return 1;
 		}
 	}
@@ -174,7 +191,7 @@ int main(int argc, char **argv)
 		} else {
 			int steps_ = steps, np = f.npage;
 			void *args[] = { &f.dst, &dlist, &doff, &done, &steps_, &np, &err };
-			LAB_CK(cudaLaunchCooperativeKernel((void *)dataflow_kernel, dim3(G), dim3(32 * (CW + 1)), args,
+			LAB_CK(cudaLaunchCooperativeKernel((void *)dkern(f.nw), dim3(G), dim3(32 * (f.nw + 1)), args,
 							   dsmem(np), L.s));
 		}
 		LAB_CK(cudaEventRecord(L.b, L.s));
@@ -192,8 +209,8 @@ int main(int argc, char **argv)
 		return 1e3 * ms / steps;
 	};
 
-	fprintf(stderr, "# dataflow: %d stages, %zu units a step, %.3f GB a step, context %d, %d steps a run, %d blocks\n",
-		ns, n_units, P.bytes * 1e-9, ctx, steps, G);
+	fprintf(stderr, "# dataflow: %d stages, %zu units a step, %.3f GB a step, context %d, %d steps a run, %d blocks, %s\n",
+		ns, n_units, P.bytes * 1e-9, ctx, steps, G, iq4 ? "iq4" : "bf16");
 	/* a warm-up run of each, then the outputs compared */
 	for (form &f : F)
 		if (f.on)
@@ -222,7 +239,7 @@ int main(int argc, char **argv)
 
 	for (int p = 0; p < pairs; p++) {
 		double a0 = F[0].on ? run(F[0]) : 0;
-		for (int i = 1; i < 3; i++)
+		for (int i = 1; i < NF; i++)
 			if (F[i].on)
 				F[i].us.push_back(run(F[i]));
 		double a1 = F[0].on ? run(F[0]) : 0;
@@ -230,7 +247,7 @@ int main(int argc, char **argv)
 			F[0].us.push_back(a0);
 			F[0].us.push_back(a1);
 			fprintf(stderr, "# pair %d: kernels %.1f, %.1f us a step", p, a0, a1);
-			for (int i = 1; i < 3; i++)
+			for (int i = 1; i < NF; i++)
 				if (F[i].on)
 					fprintf(stderr, "; %s %.1f (%.3fx)", F[i].name, F[i].us.back(),
 						0.5 * (a0 + a1) / F[i].us.back());
@@ -238,7 +255,7 @@ int main(int argc, char **argv)
 		}
 	}
 	char shape[64];
-	snprintf(shape, sizeof shape, "ctx %d, %d steps", ctx, steps);
+	snprintf(shape, sizeof shape, "ctx %d, %d steps, %s", ctx, steps, iq4 ? "iq4" : "bf16");
 	for (form &f : F) {
 		if (!f.on)
 			continue;

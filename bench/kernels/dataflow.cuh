@@ -10,7 +10,10 @@
  * before's output, cut into units of at most 64 rows and one page.  Its
  * products are a probe's: plain dot products of the rows' bytes read as
  * BF16 pairs with the input, y = tanh(scale * sum), the step's first stage
- * adding the step's number.
+ * adding the step's number.  In an iq4 plan the IQ4_NL tensors' stages read
+ * each byte as two 4-bit codes through the IQ4_NL codebook (quant_dev.cuh's
+ * CUDA-core decode: two values a byte, no block scales), so that their
+ * units cost what decoding those bytes on the CUDA cores costs.
  */
 #ifndef X4_DATAFLOW_CUH
 #define X4_DATAFLOW_CUH
@@ -25,13 +28,14 @@
 
 #include "x4.h"
 #include "pdl.cuh"
+#include "quant_dev.cuh"
 
 namespace x4df {
 
 constexpr int PAGE = 32768; /* a unit's bytes at most */
 constexpr int NPAGE = 5;    /* the dataflow ring's pages at most */
 constexpr int XMAX = 8192;  /* input values staged a unit */
-constexpr int CW = 8;       /* compute warps a block */
+constexpr int CW = 8;       /* a kernels-form block's warps; a unit's row splits (the sums' order) */
 constexpr int UROWS = 64;   /* rows a unit at most */
 constexpr unsigned long long SPIN_NS = 2000000000ull; /* a dependency wait that gives up */
 
@@ -49,6 +53,8 @@ struct stage {
 	int first;        /* the step's first stage: waits for the previous step's last */
 	int trig_late;    /* (kernels) trigger after the wait: the next stage's weights wait
 			   * for a stage before this one, which its start then implies */
+	int codes;        /* the bytes are 4-bit IQ4_NL codes, two values a byte (the iq4
+			   * plan's IQ4_NL stages), else BF16 pairs */
 	float scale;
 };
 
@@ -71,7 +77,7 @@ inline void mbar_arrive(uint64_t *b) { emu_df_mbar_arrive(b); }
 inline void bulk_copy(void *dst, const void *src, unsigned bytes, uint64_t *b) { emu_df_bulk(dst, src, bytes, b); }
 inline unsigned ld_acquire(const unsigned *p) { return emu_df_ld_acquire(p); }
 inline void fence_init() {}
-inline void bar_compute() { emu_bar_named(1, 32 * CW); }
+template <int NW> inline void bar_compute() { emu_bar_named(1, 32 * NW); }
 #elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define X4_DF 1
 __device__ __forceinline__ unsigned long long gtime()
@@ -140,10 +146,10 @@ __device__ __forceinline__ unsigned ld_acquire(const unsigned *p)
 	return v;
 }
 
-/* the compute warps' barrier (the dataflow block's loader warp is not in it) */
-__device__ __forceinline__ void bar_compute()
+/* the NW compute warps' barrier (the dataflow block's loader warp is not in it) */
+template <int NW> __device__ __forceinline__ void bar_compute()
 {
-	asm volatile("bar.sync 1, %0;" ::"n"(32 * CW) : "memory");
+	asm volatile("bar.sync 1, %0;" ::"n"(32 * NW) : "memory");
 }
 #endif
 
@@ -189,8 +195,11 @@ __device__ __forceinline__ float warp_sum(float s)
 }
 
 /* unit u of stage S from its rows in page and its input in xs, by the 32 *
- * CW compute threads (t): rows split among the warps, or each row's chunks
- * among CW / rows warps; every sum in a fixed order */
+ * NW compute threads (t): its tasks are its rows, or each row's chunks in
+ * CW / rows parts where it has fewer than CW rows, a warp a task in turn;
+ * a task's sum in lane order and the parts' in order, so that the bits do
+ * not depend on NW */
+template <int NW>
 __device__ void unit(const stage &S, int u, const uint8_t *page, const float *xs, float *red, int step,
 		     int t)
 {
@@ -199,26 +208,45 @@ __device__ void unit(const stage &S, int u, const uint8_t *page, const float *xs
 	const int parts = nr >= CW ? 1 : CW / nr;
 	const unsigned m = (unsigned)S.nx - 1;
 	const int w = t >> 5, lane = t & 31;
-	for (int k = w; k < nr * parts; k += CW) {
+	for (int k = w; k < nr * parts; k += NW) {
 		const int r = k / parts, p = k % parts;
 		const int c1 = (p + 1) * cpr / parts;
 		const uint4 *row = reinterpret_cast<const uint4 *>(page + (size_t)r * S.rb);
 		float s = 0.f;
-		for (int c = p * cpr / parts + lane; c < c1; c += 32) {
-			const uint4 v = row[c];
-			const float *x = xs + ((unsigned)c * 8u & m);
-			const uint32_t q[4] = { v.x, v.y, v.z, v.w };
+		if (S.codes) { /* byte b: codes of values 2b (low nibble) and 2b + 1 */
+			const x4d::iq4_consts kc = x4d::iq4_consts_of(0u);
+			for (int c = p * cpr / parts + lane; c < c1; c += 32) {
+				const uint4 v = row[c];
+				const float *x = xs + ((unsigned)c * 32u & m);
+				const uint32_t q[4] = { v.x, v.y, v.z, v.w };
 #pragma unroll
-			for (int i = 0; i < 4; i++) {
-				s = fmaf(__uint_as_float(q[i] << 16), x[2 * i], s);
-				s = fmaf(__uint_as_float(q[i] & 0xffff0000u), x[2 * i + 1], s);
+				for (int i = 0; i < 4; i++) {
+					const uint32_t lo = x4d::iq4_lookup4_biased(x4d::nibbles4(q[i], 0), kc);
+					const uint32_t hi = x4d::iq4_lookup4_biased(x4d::nibbles4(q[i], 1), kc);
+#pragma unroll
+					for (int b = 0; b < 4; b++) {
+						s = fmaf(x4d::biased_val(lo, kc.e, b), x[8 * i + 2 * b], s);
+						s = fmaf(x4d::biased_val(hi, kc.e, b), x[8 * i + 2 * b + 1], s);
+					}
+				}
+			}
+		} else { /* value 2i and 2i + 1: the low and high halves of word i */
+			for (int c = p * cpr / parts + lane; c < c1; c += 32) {
+				const uint4 v = row[c];
+				const float *x = xs + ((unsigned)c * 8u & m);
+				const uint32_t q[4] = { v.x, v.y, v.z, v.w };
+#pragma unroll
+				for (int i = 0; i < 4; i++) {
+					s = fmaf(__uint_as_float(q[i] << 16), x[2 * i], s);
+					s = fmaf(__uint_as_float(q[i] & 0xffff0000u), x[2 * i + 1], s);
+				}
 			}
 		}
 		s = warp_sum(s);
 		if (lane == 0)
 			red[k] = s;
 	}
-	bar_compute();
+	bar_compute<NW>();
 	if (t < nr) {
 		float s = 0.f;
 		for (int p = 0; p < parts; p++)
@@ -230,9 +258,9 @@ __device__ void unit(const stage &S, int u, const uint8_t *page, const float *xs
 	}
 }
 
-__device__ __forceinline__ void stage_x(const stage &S, float *xs, int t)
+template <int NW> __device__ __forceinline__ void stage_x(const stage &S, float *xs, int t)
 {
-	for (int i = t; i < S.nx; i += 32 * CW)
+	for (int i = t; i < S.nx; i += 32 * NW)
 		xs[i] = __ldcg(S.x + i);
 }
 #endif
@@ -267,17 +295,18 @@ __global__ void __launch_bounds__(32 * CW) stage_kernel(const stage *sp, int ste
 		x4p::trigger();
 	if (t == 0 && late) /* the routed experts': which ones is the router's */
 		bulk_copy(page, src, (unsigned)(nr * S.rb), full);
-	stage_x(S, xs, t);
+	stage_x<CW>(S, xs, t);
 	__syncthreads();
 	mbar_wait(full, 0, err);
-	unit(S, u, page, xs, red, step, t);
+	unit<CW>(S, u, page, xs, red, step, t);
 #endif
 }
 
 /* the dataflow form: block b runs its units list[off[b] .. off[b + 1]) (a
  * stage and a unit each, in the step's order) for each step; done[s] counts
  * stage s's units over all steps */
-__global__ void __launch_bounds__(32 * (CW + 1), 1)
+template <int NW>
+__global__ void __launch_bounds__(32 * (NW + 1), 1)
 dataflow_kernel(const stage *st, const int2 *list, const int *off, unsigned *done, int steps, int npage,
 		int *err)
 {
@@ -294,8 +323,8 @@ dataflow_kernel(const stage *st, const int2 *list, const int *off, unsigned *don
 		fence_init();
 	}
 	__syncthreads();
-	if (t >= 32 * CW) { /* the loader warp: its lane 0 */
-		if (t != 32 * CW)
+	if (t >= 32 * NW) { /* the loader warp: its lane 0 */
+		if (t != 32 * NW)
 			return;
 		unsigned n = 0;
 		for (int step = 0; step < steps; step++)
@@ -333,14 +362,14 @@ dataflow_kernel(const stage *st, const int2 *list, const int *off, unsigned *don
 						err);
 				}
 				run = 0;
-				bar_compute();
-				stage_x(S, xs, t);
-				bar_compute();
+				bar_compute<NW>();
+				stage_x<NW>(S, xs, t);
+				bar_compute<NW>();
 				xkey = key;
 			}
 			mbar_wait(full + slot, use & 1, err);
-			unit(S, e.y, sm + (size_t)slot * PAGE, xs, red, step, t);
-			bar_compute(); /* the y written, the page and red read */
+			unit<NW>(S, e.y, sm + (size_t)slot * PAGE, xs, red, step, t);
+			bar_compute<NW>(); /* the y written, the page and red read */
 			if (t == 0)
 				mbar_arrive(empty + slot);
 			run_stage = e.x, run++;
@@ -368,7 +397,7 @@ int pow2_floor(int v)
 
 /* a stage of rows x rb bytes (rb rounded up to 16) reading nx of the stage
  * before's values; its weights' offset into one allocation in .w for now */
-void add(plan *P, int rows, size_t rb, int nx_real)
+void add(plan *P, int rows, size_t rb, int nx_real, bool codes = false)
 {
 	stage s = {};
 	s.rows = rows;
@@ -378,11 +407,17 @@ void add(plan *P, int rows, size_t rb, int nx_real)
 		exit(1);
 	}
 	s.nx = pow2_floor(nx_real);
+	if (codes && s.nx < 32) {
+		fprintf(stderr, "dataflow: a stage of codes reads fewer than 32 inputs\n");
+		exit(1);
+	}
 	s.upr = std::max(1, std::min(UROWS, PAGE / s.rb));
 	s.units = (rows + s.upr - 1) / s.upr;
 	s.dep = (int)P->st.size() - 1;
 	s.late = -1;
-	s.scale = 1.0f / (0.05f * sqrtf((float)(s.rb / 2)));
+	s.codes = codes;
+	/* y's argument about 1 (the weights' BF16 values under 2^-4, the codes' under 127) */
+	s.scale = codes ? 1.0f / (40.0f * sqrtf((float)(2 * s.rb))) : 1.0f / (0.05f * sqrtf((float)(s.rb / 2)));
 	s.w = reinterpret_cast<const uint8_t *>(P->wbytes);
 	P->wbytes += (size_t)rows * s.rb;
 	P->bytes += (double)rows * s.rb;
@@ -391,7 +426,7 @@ void add(plan *P, int rows, size_t rb, int nx_real)
 
 /* the step of the released model at `ctx` positions of cache, from its
  * tensor list */
-plan make_plan(const x4_config &c, int ctx)
+plan make_plan(const x4_config &c, int ctx, bool iq4 = false)
 {
 	x4_tensor_spec *ts;
 	int nt;
@@ -417,6 +452,7 @@ plan make_plan(const x4_config &c, int ctx)
 		return (size_t)t.ne[0] / x4_type_block_elems(t.type) * x4_type_block_bytes(t.type);
 	};
 	auto rows = [](const x4_tensor_spec &t) { return (int)(t.ne[1] * t.ne[2]); };
+	auto codes = [iq4](const x4_tensor_spec &t) { return iq4 && t.type == X4_T_IQ4_NL; };
 	const int D = c.n_embd;
 	plan P;
 	const x4_tensor_spec &emb = find(-1, "token_embd.weight");
@@ -439,8 +475,8 @@ plan make_plan(const x4_config &c, int ctx)
 		add(&P, rows(hf), rb(hf), c.n_hc * D);            /* the FFN's gate */
 		if (b < c.n_dense) {
 			const x4_tensor_spec &g = find(b, "ffn_gate.weight"), &dn = find(b, "ffn_down.weight");
-			add(&P, 2 * rows(g), rb(g), D);
-			add(&P, rows(dn), rb(dn), c.n_ff);
+			add(&P, 2 * rows(g), rb(g), D, codes(g));
+			add(&P, rows(dn), rb(dn), c.n_ff, codes(dn));
 			continue;
 		}
 		const x4_tensor_spec &r = find(b, "ffn_gate_inp.weight");
@@ -449,12 +485,12 @@ plan make_plan(const x4_config &c, int ctx)
 		add(&P, rows(r), rb(r), D); /* the router */
 		const int router = (int)P.st.size() - 1;
 		/* the shared expert's gate and up rows, then the routed experts' */
-		add(&P, 2 * c.n_ff_exp * (sh + used), rb(ge), D);
+		add(&P, 2 * c.n_ff_exp * (sh + used), rb(ge), D, codes(ge));
 		stage &gu = P.st.back();
 		gu.late = router;
 		gu.late_from = 2 * c.n_ff_exp * sh / gu.upr;
 		/* the down: each output row sums the chosen experts' and the shared's */
-		add(&P, (int)de.ne[1], rb(de) * (size_t)(used + sh), c.n_ff_exp * (used + sh));
+		add(&P, (int)de.ne[1], rb(de) * (size_t)(used + sh), c.n_ff_exp * (used + sh), codes(de));
 		P.st.back().late = router;
 		P.st[P.st.size() - 2].trig_late = 1;
 	}
@@ -486,11 +522,11 @@ std::vector<std::vector<int2>> deal(const plan &P, int G)
  * wait. */
 int show_plan(const plan &P, int G, int steps, int ctx)
 {
-	printf("stage\trows\trow_bytes\tunits\trows_a_unit\tinputs\tdep\tlate\tlate_from\tbytes\n");
+	printf("stage\trows\trow_bytes\tunits\trows_a_unit\tinputs\tdep\tlate\tlate_from\tcodes\tbytes\n");
 	for (size_t i = 0; i < P.st.size(); i++) {
 		const stage &s = P.st[i];
-		printf("%zu\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%zu\n", i, s.rows, s.rb, s.units, s.upr, s.nx, s.dep,
-		       s.late, s.late_from, (size_t)s.rows * s.rb);
+		printf("%zu\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%zu\n", i, s.rows, s.rb, s.units, s.upr, s.nx, s.dep,
+		       s.late, s.late_from, s.codes, (size_t)s.rows * s.rb);
 	}
 	const std::vector<std::vector<int2>> lists = deal(P, G);
 	std::vector<unsigned> done(P.st.size(), 0);

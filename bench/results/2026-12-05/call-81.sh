@@ -5,8 +5,11 @@
 # bench/kernels/dataflow.cu: a decode step of the released model's shapes
 # with ideal products, as a kernel a stage under PDL (x4's structure) and as
 # one persistent dataflow kernel (a loader warp's ring of 5 or 2 pages, a
-# counter a stage), at 512, 4,096 and 32,768 positions of cache; 16 steps a
-# run, 3 pairs (kernels, dataflow, dataflow2, kernels).  The program checks
+# counter a stage), at 512, 4,096 and 32,768 positions of cache, the
+# products first as BF16 dot products (the structure's own cost), then with
+# the IQ4_NL stages decoded as codes on the CUDA cores (iq4: what decoding
+# costs 8 compute warps an SM); 16 steps a run, 3 pairs (kernels, dataflow,
+# dataflow2, kernels).  The program checks
 # that every form gives the same bits and exits 1 if not; a wait that never
 # ends gives up after 2 s with a message.  Each step cut to the time left.
 set -u
@@ -14,10 +17,13 @@ set -u
 CALL_END=${CALL_END_81:-240}
 call_begin
 call_build build/bench/dataflow
-for ctx in 512 4096 32768; do
-	upto 60 build/bench/dataflow all $ctx 16 3 >"$OUT/x/dataflow-$ctx.tsv" 2>"$OUT/x/dataflow-$ctx.err"
-	echo "dataflow $ctx rc=$? ($((SECONDS - t0)) s)"
-	grep -vE "^# pair" "$OUT/x/dataflow-$ctx.err" | head -n 12
-	cut -f2,5-7 "$OUT/x/dataflow-$ctx.tsv"
+for mode in bf16 iq4; do
+	for ctx in 512 4096 32768; do
+		f="$OUT/x/dataflow-$mode-$ctx"
+		upto 60 build/bench/dataflow all $ctx 16 3 $mode >"$f.tsv" 2>"$f.err"
+		echo "dataflow $mode $ctx rc=$? ($((SECONDS - t0)) s)"
+		grep -vE "^# pair" "$f.err" | head -n 12
+		cut -f2,5-7 "$f.tsv"
+	done
 done
 call_end
