@@ -218,8 +218,7 @@ static void run_grid(unsigned b0, unsigned nb, unsigned gridx, unsigned threads,
 		if (idle > 64)
 			die("deadlock: no thread has moved for 64 rounds");
 	}
-	swap_in(in); /* nothing to restore: the next run starts afresh */
-	emu_cur = NULL;
+	emu_cur = NULL; /* the runtime's globals keep the last block's state: the next run sets its own */
 }
 
 /* one form's state: its stages (outputs and inputs its own), counters, error */
