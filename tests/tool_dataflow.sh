@@ -8,7 +8,8 @@
 # context, each unit fits a page, the routed experts' weights wait for the
 # router and the shared expert's do not, the bytes are the stages' sum and
 # grow by the cache's 1,152 bytes a position and block, the iq4 plan reads
-# the IQ4_NL stages' bytes as codes and no other's, and the lists finish
+# the IQ4_NL stages' bytes as codes and no other's, work=NS gives the small
+# stages their serial work and no other, and the lists finish
 # for 1, 7, 132 and 264 blocks.  A SKIP where nvcc did not build the lab.
 set -u
 cd "$(dirname "$0")/.." || exit 2
@@ -74,6 +75,23 @@ ok = len(codes) == 80 and all(s["row_bytes"] in (2016, 5184, 2880) for s in code
 print(("PASS" if ok else "FAIL") + " dataflow.iq4.codes" + ("" if ok else f": {len(codes)} stages of codes"))
 ok = not any(s["codes"] for s in b) and [(s["rows"], s["row_bytes"]) for s in q] == [(s["rows"], s["row_bytes"]) for s in b]
 print(("PASS" if ok else "FAIL") + " dataflow.iq4.same_stages" + ("" if ok else ": the plans differ"))
+PY
+# work=NS: the small stages' serial work, on the 200 of them (5 a MoE block,
+# 4 a dense one, the head's gate and the argmax) and no other
+"$B" plan 512 132 work=2000 >"$tmp/w.tsv" 2>"$tmp/we"
+check plan.work.runs $? "$(cat "$tmp/we")"
+python3 - "$tmp" <<'PY'
+import sys
+d = sys.argv[1]
+def rows(f):
+    t = [l.rstrip("\n").split("\t") for l in open(f"{d}/{f}")]
+    return [dict(zip(t[0], map(int, r))) for r in t[1:]]
+w, b = rows("w.tsv"), rows("p512.tsv")
+small = [s for s in w if s["work_ns"]]
+ok = len(small) == 200 and all(s["work_ns"] == 2000 and (s["bytes"] <= 1 << 20) for s in small)
+print(("PASS" if ok else "FAIL") + " dataflow.work.stages" + ("" if ok else f": {len(small)} stages with work"))
+ok = not any(s["work_ns"] for s in b) and [s["bytes"] for s in w] == [s["bytes"] for s in b]
+print(("PASS" if ok else "FAIL") + " dataflow.work.same_bytes" + ("" if ok else ": the plans differ"))
 PY
 for g in 1 7 132 264; do
 	"$B" plan 4096 $g >/dev/null 2>"$tmp/g"

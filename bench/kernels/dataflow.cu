@@ -41,13 +41,18 @@
  * float64, the dataflow form's bits against it with several blocks at once);
  * tests/tool_dataflow.sh checks the full preset's plan on the host.
  *
- *   make bench-kernels CUDA_ARCH=90 && build/bench/dataflow [old|new|all] [context] [steps] [pairs] [bf16|iq4]
- *   build/bench/dataflow plan [context] [blocks] [bf16|iq4]   # no device: the stages, the lists' check
+ *   make bench-kernels CUDA_ARCH=90 && build/bench/dataflow [old|new|all] [context] [steps] [pairs] [bf16|iq4] [work=NS]
+ *   build/bench/dataflow plan [context] [blocks] [bf16|iq4] [work=NS]   # no device: the stages, the lists' check
  *
  * iq4: the IQ4_NL stages' bytes read as 4-bit codes through the codebook on
  * the CUDA cores (two values a byte, dataflow.cuh), so that the products
  * cost what decoding them costs; bf16 (the default): every stage's bytes as
- * BF16 pairs, the structure's own cost.
+ * BF16 pairs, the structure's own cost.  work=NS: each unit of the step's
+ * small stages (the two gates, the norms and cache row, the combine, the
+ * router's top k, the head's gate, the argmax) spins NS ns past its product,
+ * the serial work those stages have in x4 (bench/RESULTS.md 44 took the gate
+ * apart: 1.4 us of its blocks' work, 2.0 of the cross-block sum, 1.5 of the
+ * collapse and norm), to see which form hides it behind the weights' stream.
  */
 #include "lab.h"
 #include "dataflow.cuh"
@@ -56,22 +61,31 @@ using namespace x4df;
 
 int main(int argc, char **argv)
 {
-	/* the last argument bf16 (the default) or iq4: how the IQ4_NL stages' bytes are read */
+	/* the last arguments: bf16 (the default) or iq4, how the IQ4_NL stages'
+	 * bytes are read; work=NS, the small stages' serial work (default 0) */
 	bool iq4 = false;
-	if (argc > 2 && (!strcmp(argv[argc - 1], "iq4") || !strcmp(argv[argc - 1], "bf16")))
-		iq4 = !strcmp(argv[--argc], "iq4");
+	int work_ns = 0;
+	for (; argc > 2; argc--) {
+		const char *a = argv[argc - 1];
+		if (!strcmp(a, "iq4") || !strcmp(a, "bf16"))
+			iq4 = !strcmp(a, "iq4");
+		else if (!strncmp(a, "work=", 5) && atoi(a + 5) >= 0 && atoi(a + 5) <= 1000000)
+			work_ns = atoi(a + 5);
+		else
+			break;
+	}
 	if (argc > 1 && !strcmp(argv[1], "plan")) { /* no device */
 		const int ctx = argc > 2 ? atoi(argv[2]) : 512, G = argc > 3 ? atoi(argv[3]) : 132;
 		if (ctx < 1 || G < 1) {
 			fprintf(stderr, "lab: context and blocks must be positive\n");
 			return 2;
 		}
-		return show_plan(make_plan(lab_model(), ctx, iq4), G, 3, ctx);
+		return show_plan(make_plan(lab_model(), ctx, iq4, work_ns), G, 3, ctx);
 	}
 	lab L;
 	lab_init(&L, argc, argv,
 		 "times a decode step of the model's shapes as kernels (old) and as one dataflow kernel (new)\n"
-		 "  arguments: [old|new|all] [context 512] [steps 16] [pairs 3] [bf16|iq4]");
+		 "  arguments: [old|new|all] [context 512] [steps 16] [pairs 3] [bf16|iq4] [work=NS]");
 	const int ctx = argc > 2 ? atoi(argv[2]) : 512, steps = argc > 3 ? atoi(argv[3]) : 16;
 	const int pairs = argc > 4 ? atoi(argv[4]) : 3;
 	if (ctx < 1 || steps < 1 || pairs < 1) {
@@ -86,7 +100,7 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	const x4_config c = lab_model();
-	plan P = make_plan(c, ctx, iq4);
+	plan P = make_plan(c, ctx, iq4, work_ns);
 	const int ns = (int)P.st.size();
 	uint8_t *w = (uint8_t *)lab_alloc(P.wbytes);
 	lab_fill_half<<<1024, 256>>>((uint16_t *)w, P.wbytes / 2, 7, false);
@@ -209,8 +223,10 @@ int main(int argc, char **argv)
 		return 1e3 * ms / steps;
 	};
 
-	fprintf(stderr, "# dataflow: %d stages, %zu units a step, %.3f GB a step, context %d, %d steps a run, %d blocks, %s\n",
-		ns, n_units, P.bytes * 1e-9, ctx, steps, G, iq4 ? "iq4" : "bf16");
+	fprintf(stderr,
+		"# dataflow: %d stages, %zu units a step, %.3f GB a step, context %d, %d steps a run, %d blocks, %s, "
+		"work %d ns\n",
+		ns, n_units, P.bytes * 1e-9, ctx, steps, G, iq4 ? "iq4" : "bf16", work_ns);
 	/* a warm-up run of each, then the outputs compared */
 	for (form &f : F)
 		if (f.on)
@@ -254,8 +270,8 @@ int main(int argc, char **argv)
 			fprintf(stderr, "\n");
 		}
 	}
-	char shape[64];
-	snprintf(shape, sizeof shape, "ctx %d, %d steps, %s", ctx, steps, iq4 ? "iq4" : "bf16");
+	char shape[96];
+	snprintf(shape, sizeof shape, "ctx %d, %d steps, %s, work %d ns", ctx, steps, iq4 ? "iq4" : "bf16", work_ns);
 	for (form &f : F) {
 		if (!f.on)
 			continue;

@@ -55,6 +55,9 @@ struct stage {
 			   * for a stage before this one, which its start then implies */
 	int codes;        /* the bytes are 4-bit IQ4_NL codes, two values a byte (the iq4
 			   * plan's IQ4_NL stages), else BF16 pairs */
+	int work_ns;      /* a unit's serial work past its product (a plan's work=NS on the
+			   * step's small stages: the gates, the norms, the combine, the
+			   * router's top k, the head's gate, the argmax) */
 	float scale;
 };
 
@@ -70,6 +73,7 @@ void emu_df_bulk(void *dst, const void *src, unsigned bytes, uint64_t *b);
 unsigned emu_df_ld_acquire(const unsigned *p);
 /* no wait gives up there: the emulator finds a deadlock itself */
 inline unsigned long long gtime() { return 0; }
+inline void work_for(unsigned long long, int) {} /* a cost, not a result: none here */
 inline uint8_t *dyn_smem() { return emu_df_smem(); }
 inline void mbar_init(uint64_t *b, unsigned count) { emu_df_mbar_init(b, count); }
 inline bool mbar_try(uint64_t *b, unsigned parity) { return emu_df_mbar_try(b, parity); }
@@ -85,6 +89,13 @@ __device__ __forceinline__ unsigned long long gtime()
 	unsigned long long t;
 	asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
 	return t;
+}
+
+/* spin until ns have passed since t0 (a unit's serial work) */
+__device__ __forceinline__ void work_for(unsigned long long t0, int ns)
+{
+	while (gtime() - t0 < (unsigned long long)ns) {
+	}
 }
 
 __device__ __forceinline__ uint8_t *dyn_smem()
@@ -208,6 +219,7 @@ __device__ void unit(const stage &S, int u, const uint8_t *page, const float *xs
 	const int parts = nr >= CW ? 1 : CW / nr;
 	const unsigned m = (unsigned)S.nx - 1;
 	const int w = t >> 5, lane = t & 31;
+	const unsigned long long t0 = S.work_ns && t == 0 ? gtime() : 0;
 	for (int k = w; k < nr * parts; k += NW) {
 		const int r = k / parts, p = k % parts;
 		const int c1 = (p + 1) * cpr / parts;
@@ -256,6 +268,8 @@ __device__ void unit(const stage &S, int u, const uint8_t *page, const float *xs
 			v += 1e-3f * (float)step;
 		S.y[r0 + t] = v;
 	}
+	if (S.work_ns && t == 0)
+		work_for(t0, S.work_ns);
 }
 
 template <int NW> __device__ __forceinline__ void stage_x(const stage &S, float *xs, int t)
@@ -397,7 +411,7 @@ int pow2_floor(int v)
 
 /* a stage of rows x rb bytes (rb rounded up to 16) reading nx of the stage
  * before's values; its weights' offset into one allocation in .w for now */
-void add(plan *P, int rows, size_t rb, int nx_real, bool codes = false)
+void add(plan *P, int rows, size_t rb, int nx_real, bool codes = false, int work_ns = 0)
 {
 	stage s = {};
 	s.rows = rows;
@@ -416,6 +430,7 @@ void add(plan *P, int rows, size_t rb, int nx_real, bool codes = false)
 	s.dep = (int)P->st.size() - 1;
 	s.late = -1;
 	s.codes = codes;
+	s.work_ns = work_ns;
 	/* y's argument about 1 (the weights' BF16 values under 2^-4, the codes' under 127) */
 	s.scale = codes ? 1.0f / (40.0f * sqrtf((float)(2 * s.rb))) : 1.0f / (0.05f * sqrtf((float)(s.rb / 2)));
 	s.w = reinterpret_cast<const uint8_t *>(P->wbytes);
@@ -426,7 +441,7 @@ void add(plan *P, int rows, size_t rb, int nx_real, bool codes = false)
 
 /* the step of the released model at `ctx` positions of cache, from its
  * tensor list */
-plan make_plan(const x4_config &c, int ctx, bool iq4 = false)
+plan make_plan(const x4_config &c, int ctx, bool iq4 = false, int work_ns = 0)
 {
 	x4_tensor_spec *ts;
 	int nt;
@@ -453,7 +468,7 @@ plan make_plan(const x4_config &c, int ctx, bool iq4 = false)
 	};
 	auto rows = [](const x4_tensor_spec &t) { return (int)(t.ne[1] * t.ne[2]); };
 	auto codes = [iq4](const x4_tensor_spec &t) { return iq4 && t.type == X4_T_IQ4_NL; };
-	const int D = c.n_embd;
+	const int D = c.n_embd, W = work_ns;
 	plan P;
 	const x4_tensor_spec &emb = find(-1, "token_embd.weight");
 	add(&P, 64, rb(emb) / 64, XMAX); /* the embedding's row, read as 64 rows */
@@ -462,17 +477,17 @@ plan make_plan(const x4_config &c, int ctx, bool iq4 = false)
 		const x4_tensor_spec &kva = find(b, "attn_kv_a_mqa.weight"), &qb = find(b, "attn_q_b.weight");
 		const x4_tensor_spec &kb = find(b, "attn_k_b.weight"), &vb = find(b, "attn_v_b.weight");
 		const x4_tensor_spec &o = find(b, "attn_output.weight"), &hf = find(b, "hc_ffn_fn.weight");
-		add(&P, rows(ha), rb(ha), c.n_hc * D);            /* the attention's gate */
+		add(&P, rows(ha), rb(ha), c.n_hc * D, false, W); /* the attention's gate */
 		add(&P, rows(qa) + rows(kva), rb(qa), D);         /* q_a and kv_a */
-		add(&P, 64, 16, c.q_lora);                        /* the norms, the cache row */
+		add(&P, 64, 16, c.q_lora, false, W);              /* the norms, the cache row */
 		add(&P, rows(qb), rb(qb), c.q_lora);              /* q_b */
 		add(&P, rows(kb), rb(kb), c.n_head * c.d_nope);   /* q into the latent */
 		add(&P, ctx, (size_t)2 * (c.kv_lora + c.d_rope), /* the attention over the cache */
 		    c.n_head * (c.kv_lora + c.d_rope));
-		add(&P, 64, 16, XMAX);                            /* the splits' combine */
+		add(&P, 64, 16, XMAX, false, W);                  /* the splits' combine */
 		add(&P, rows(vb), rb(vb), c.n_head * c.kv_lora);  /* the values out of the latent */
 		add(&P, rows(o), rb(o), c.n_head * c.d_v);        /* the output projection */
-		add(&P, rows(hf), rb(hf), c.n_hc * D);            /* the FFN's gate */
+		add(&P, rows(hf), rb(hf), c.n_hc * D, false, W); /* the FFN's gate */
 		if (b < c.n_dense) {
 			const x4_tensor_spec &g = find(b, "ffn_gate.weight"), &dn = find(b, "ffn_down.weight");
 			add(&P, 2 * rows(g), rb(g), D, codes(g));
@@ -482,7 +497,7 @@ plan make_plan(const x4_config &c, int ctx, bool iq4 = false)
 		const x4_tensor_spec &r = find(b, "ffn_gate_inp.weight");
 		const x4_tensor_spec &ge = find(b, "ffn_gate_exps.weight"), &de = find(b, "ffn_down_exps.weight");
 		const int used = c.n_expert_used, sh = c.n_expert_shared;
-		add(&P, rows(r), rb(r), D); /* the router */
+		add(&P, rows(r), rb(r), D, false, W); /* the router and its top k */
 		const int router = (int)P.st.size() - 1;
 		/* the shared expert's gate and up rows, then the routed experts' */
 		add(&P, 2 * c.n_ff_exp * (sh + used), rb(ge), D, codes(ge));
@@ -494,10 +509,10 @@ plan make_plan(const x4_config &c, int ctx, bool iq4 = false)
 		P.st.back().late = router;
 		P.st[P.st.size() - 2].trig_late = 1;
 	}
-	add(&P, 64, 16, XMAX); /* the head's gate and norm */
+	add(&P, 64, 16, XMAX, false, W); /* the head's gate and norm */
 	const x4_tensor_spec &out = find(-1, "output.weight");
 	add(&P, rows(out), rb(out), D);
-	add(&P, 64, 16, XMAX); /* the argmax */
+	add(&P, 64, 16, XMAX, false, W); /* the argmax */
 	P.st[0].first = 1;
 	P.st[0].dep = (int)P.st.size() - 1;
 	free(ts);
@@ -522,11 +537,11 @@ std::vector<std::vector<int2>> deal(const plan &P, int G)
  * wait. */
 int show_plan(const plan &P, int G, int steps, int ctx)
 {
-	printf("stage\trows\trow_bytes\tunits\trows_a_unit\tinputs\tdep\tlate\tlate_from\tcodes\tbytes\n");
+	printf("stage\trows\trow_bytes\tunits\trows_a_unit\tinputs\tdep\tlate\tlate_from\tcodes\twork_ns\tbytes\n");
 	for (size_t i = 0; i < P.st.size(); i++) {
 		const stage &s = P.st[i];
-		printf("%zu\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%zu\n", i, s.rows, s.rb, s.units, s.upr, s.nx, s.dep,
-		       s.late, s.late_from, s.codes, (size_t)s.rows * s.rb);
+		printf("%zu\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%zu\n", i, s.rows, s.rb, s.units, s.upr, s.nx,
+		       s.dep, s.late, s.late_from, s.codes, s.work_ns, (size_t)s.rows * s.rb);
 	}
 	const std::vector<std::vector<int2>> lists = deal(P, G);
 	std::vector<unsigned> done(P.st.size(), 0);
