@@ -32,9 +32,11 @@
  * Bytes: every stage's weights (and the cache rows) once a step; the Q6_K
  * head's rows are rounded up to 16 bytes (+0.14%).
  *
- * Rows (lab.h's columns): one a form, its median step over the pairs (A B B
- * A: kernels, then each dataflow form, then kernels); on stderr its steps a
- * second and each pair's ratio against the kernels runs beside it.
+ * Rows (lab.h's columns): one a form, its median step over the pairs (a pair:
+ * kernels, then each dataflow form, then kernels); on stderr its steps a
+ * second and its median ratio against the kernels runs beside it (their
+ * mean over its step; the range over the pairs), and the kernels form's
+ * control (its first run of a pair over its second).
  *
  * The kernels and the plan are bench/kernels/dataflow.cuh's, which the CPU
  * emulator also runs (tests/tool_emu_dataflow.sh: the kernels form against
@@ -122,7 +124,7 @@ int main(int argc, char **argv)
 		std::vector<stage> st;
 		float *y;
 		stage *dst;
-		std::vector<double> us;
+		std::vector<double> us, ratio; /* ratio: the kernels runs beside it over its run, a pair each */
 	};
 	constexpr int NF = 4;
 	form F[NF] = { { "kernels", 0, CW, L.run_old, {}, NULL, NULL, {} },
@@ -253,6 +255,7 @@ int main(int argc, char **argv)
 	if (!ref.empty())
 		fprintf(stderr, "# outputs after %d steps: %s\n", steps, rc ? "DIFFER" : "the same bits in every form run");
 
+	std::vector<double> control; /* the kernels form's first run of a pair over its second */
 	for (int p = 0; p < pairs; p++) {
 		double a0 = F[0].on ? run(F[0]) : 0;
 		for (int i = 1; i < NF; i++)
@@ -262,11 +265,13 @@ int main(int argc, char **argv)
 		if (F[0].on) {
 			F[0].us.push_back(a0);
 			F[0].us.push_back(a1);
-			fprintf(stderr, "# pair %d: kernels %.1f, %.1f us a step", p, a0, a1);
+			control.push_back(a0 / a1);
+			fprintf(stderr, "# pair %d: kernels %.1f, %.1f us a step (control %.3fx)", p, a0, a1, a0 / a1);
 			for (int i = 1; i < NF; i++)
-				if (F[i].on)
-					fprintf(stderr, "; %s %.1f (%.3fx)", F[i].name, F[i].us.back(),
-						0.5 * (a0 + a1) / F[i].us.back());
+				if (F[i].on) {
+					F[i].ratio.push_back(0.5 * (a0 + a1) / F[i].us.back());
+					fprintf(stderr, "; %s %.1f (%.3fx)", F[i].name, F[i].us.back(), F[i].ratio.back());
+				}
 			fprintf(stderr, "\n");
 		}
 	}
@@ -279,7 +284,15 @@ int main(int argc, char **argv)
 		const size_t n = f.us.size();
 		const double us = n % 2 ? f.us[n / 2] : 0.5 * (f.us[n / 2 - 1] + f.us[n / 2]);
 		lab_row(&L, "dataflow", f.name, shape, P.bytes, us);
-		fprintf(stderr, "# %s: %.1f us a step, %.1f steps/s\n", f.name, us, 1e6 / us);
+		fprintf(stderr, "# %s: %.1f us a step, %.1f steps/s", f.name, us, 1e6 / us);
+		std::vector<double> &r = f.npage ? f.ratio : control;
+		if (!r.empty()) {
+			std::sort(r.begin(), r.end());
+			const size_t k = r.size();
+			fprintf(stderr, "; %s %.3fx (pairs %.3f-%.3f)", f.npage ? "against kernels" : "control",
+				k % 2 ? r[k / 2] : 0.5 * (r[k / 2 - 1] + r[k / 2]), r.front(), r.back());
+		}
+		fprintf(stderr, "\n");
 	}
 	return rc;
 }
