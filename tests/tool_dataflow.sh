@@ -25,20 +25,24 @@ for ctx in 1 512 32768; do
 	"$B" plan $ctx 132 >"$tmp/p$ctx.tsv" 2>"$tmp/e$ctx"
 	check "plan.$ctx.runs" $? "$(cat "$tmp/e$ctx")"
 done
+# the iq4 plan, and work=NS (the small stages' serial work)
+"$B" plan 512 132 iq4 >"$tmp/q.tsv" 2>"$tmp/qe"
+check plan.iq4.runs $? "$(cat "$tmp/qe")"
+"$B" plan 512 132 work=2000 >"$tmp/w.tsv" 2>"$tmp/we"
+check plan.work.runs $? "$(cat "$tmp/we")"
 python3 - "$tmp" <<'PY'
 import sys, re
 d = sys.argv[1]
-def rows(ctx):
-    t = [l.rstrip("\n").split("\t") for l in open(f"{d}/p{ctx}.tsv")]
-    head, body = t[0], t[1:]
-    return [dict(zip(head, map(int, r))) for r in body]
+def rows(f):
+    t = [l.rstrip("\n").split("\t") for l in open(f"{d}/{f}")]
+    return [dict(zip(t[0], map(int, r))) for r in t[1:]]
 def gb(ctx):
     m = re.search(r"([0-9.]+) GB a step", open(f"{d}/e{ctx}").read())
     return float(m.group(1)) if m else -1
 def check(name, ok, why):
     print(("PASS " if ok else "FAIL ") + "dataflow." + name + ("" if ok else ": " + why))
 for ctx in (1, 512, 32768):
-    r = rows(ctx)
+    r = rows(f"p{ctx}.tsv")
     check(f"{ctx}.stages", len(r) == 13 * 38 + 12 * 2 + 4, f"{len(r)} stages")
     cache = [s for s in r if s["row_bytes"] == 1152]
     check(f"{ctx}.cache", len(cache) == 40 and all(s["rows"] == ctx for s in cache),
@@ -55,43 +59,26 @@ for ctx in (1, 512, 32768):
     check(f"{ctx}.routed", ok, "the routed experts' waits are not the router's, or the shared rows wait")
     total = sum(s["bytes"] for s in r)
     check(f"{ctx}.bytes", abs(total * 1e-9 - gb(ctx)) < 1e-6, f"{total} against {gb(ctx)} GB")
-b1, b512 = sum(s["bytes"] for s in rows(1)), sum(s["bytes"] for s in rows(512))
+b = rows("p512.tsv")
+b1, b512 = sum(s["bytes"] for s in rows("p1.tsv")), sum(s["bytes"] for s in b)
 check("cache_bytes", b512 - b1 == 511 * 1152 * 40, f"{b512 - b1}")
-PY
 # the iq4 plan: the same stages and bytes, its 80 IQ4_NL stages (the two
 # dense blocks' gate/up and down, each MoE block's experts' gate/up and
 # down) read as codes, none in the bf16 plan
-"$B" plan 512 132 iq4 >"$tmp/q.tsv" 2>"$tmp/qe"
-check plan.iq4.runs $? "$(cat "$tmp/qe")"
-python3 - "$tmp" <<'PY'
-import sys
-d = sys.argv[1]
-def rows(f):
-    t = [l.rstrip("\n").split("\t") for l in open(f"{d}/{f}")]
-    return [dict(zip(t[0], map(int, r))) for r in t[1:]]
-q, b = rows("q.tsv"), rows("p512.tsv")
+q = rows("q.tsv")
 codes = [s for s in q if s["codes"]]
-ok = len(codes) == 80 and all(s["row_bytes"] in (2016, 5184, 2880) for s in codes)
-print(("PASS" if ok else "FAIL") + " dataflow.iq4.codes" + ("" if ok else f": {len(codes)} stages of codes"))
-ok = not any(s["codes"] for s in b) and [(s["rows"], s["row_bytes"]) for s in q] == [(s["rows"], s["row_bytes"]) for s in b]
-print(("PASS" if ok else "FAIL") + " dataflow.iq4.same_stages" + ("" if ok else ": the plans differ"))
-PY
-# work=NS: the small stages' serial work, on the 200 of them (5 a MoE block,
-# 4 a dense one, the head's gate and the argmax) and no other
-"$B" plan 512 132 work=2000 >"$tmp/w.tsv" 2>"$tmp/we"
-check plan.work.runs $? "$(cat "$tmp/we")"
-python3 - "$tmp" <<'PY'
-import sys
-d = sys.argv[1]
-def rows(f):
-    t = [l.rstrip("\n").split("\t") for l in open(f"{d}/{f}")]
-    return [dict(zip(t[0], map(int, r))) for r in t[1:]]
-w, b = rows("w.tsv"), rows("p512.tsv")
+check("iq4.codes", len(codes) == 80 and all(s["row_bytes"] in (2016, 5184, 2880) for s in codes),
+      f"{len(codes)} stages of codes")
+check("iq4.same_stages", not any(s["codes"] for s in b) and
+      [(s["rows"], s["row_bytes"]) for s in q] == [(s["rows"], s["row_bytes"]) for s in b], "the plans differ")
+# work=NS on the 200 small stages (5 a MoE block, 4 a dense one, the head's
+# gate and the argmax) and no other
+w = rows("w.tsv")
 small = [s for s in w if s["work_ns"]]
-ok = len(small) == 200 and all(s["work_ns"] == 2000 and (s["bytes"] <= 1 << 20) for s in small)
-print(("PASS" if ok else "FAIL") + " dataflow.work.stages" + ("" if ok else f": {len(small)} stages with work"))
-ok = not any(s["work_ns"] for s in b) and [s["bytes"] for s in w] == [s["bytes"] for s in b]
-print(("PASS" if ok else "FAIL") + " dataflow.work.same_bytes" + ("" if ok else ": the plans differ"))
+check("work.stages", len(small) == 200 and all(s["work_ns"] == 2000 and s["bytes"] <= 1 << 20 for s in small),
+      f"{len(small)} stages with work")
+check("work.same_bytes", not any(s["work_ns"] for s in b) and [s["bytes"] for s in w] == [s["bytes"] for s in b],
+      "the plans differ")
 PY
 for g in 1 7 132 264; do
 	"$B" plan 4096 $g >/dev/null 2>"$tmp/g"

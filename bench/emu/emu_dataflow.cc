@@ -230,10 +230,7 @@ struct form {
 	form(const plan &P, const std::vector<size_t> &yoff)
 	    : st(P.st), y(yoff.back(), 0.f), done(P.st.size(), 0)
 	{
-		for (size_t i = 0; i < st.size(); i++)
-			st[i].y = y.data() + yoff[i];
-		for (size_t i = 0; i < st.size(); i++)
-			st[i].x = st[st[i].dep].y;
+		wire(st, y.data(), yoff);
 	}
 };
 
@@ -252,13 +249,9 @@ static void run_kernels(form &F, int steps, unsigned sched, bool late)
 
 static void run_dataflow(form &F, const plan &P, int G, int nw, int steps, int npage, unsigned sched, bool late)
 {
-	const std::vector<std::vector<int2>> lists = deal(P, G);
-	std::vector<int2> flat;
-	std::vector<int> off(1, 0);
-	for (const auto &l : lists) {
-		flat.insert(flat.end(), l.begin(), l.end());
-		off.push_back((int)flat.size());
-	}
+	dealt d = flatten(deal(P, G));
+	std::vector<int2> &flat = d.flat;
+	std::vector<int> &off = d.off;
 	df_late = late;
 	df_smem_bytes = (size_t)npage * PAGE + (XMAX + UROWS) * 4 + 2 * NPAGE * 8;
 	run_grid(0, (unsigned)G, (unsigned)G, 32 * (nw + 1), sched, [&] {
@@ -295,11 +288,10 @@ static void check_plan(const x4_config &c, bool iq4, const cfg *cfgs, int ncfg)
 	w_lo = w, w_hi = w + P.wbytes;
 	for (stage &s : P.st)
 		s.w = w + reinterpret_cast<size_t>(s.w);
-	std::vector<size_t> yoff(1, 0);
+	const std::vector<size_t> yoff = out_offsets(P);
 	size_t units = 0;
 	int n_codes = 0;
 	for (const stage &s : P.st) {
-		yoff.push_back(yoff.back() + (size_t)std::max(s.rows, XMAX));
 		units += s.units;
 		n_codes += s.codes;
 	}

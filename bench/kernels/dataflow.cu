@@ -112,9 +112,7 @@ int main(int argc, char **argv)
 
 	/* one set of outputs a form (max(rows, XMAX) values a stage); the inputs
 	 * follow the outputs */
-	std::vector<size_t> yoff(1, 0);
-	for (const stage &s : P.st)
-		yoff.push_back(yoff.back() + (size_t)std::max(s.rows, XMAX));
+	const std::vector<size_t> yoff = out_offsets(P);
 	const size_t ylen = yoff.back();
 	struct form {
 		const char *name;
@@ -138,25 +136,18 @@ int main(int argc, char **argv)
 			continue;
 		f.y = (float *)lab_alloc(ylen * 4);
 		f.st = P.st;
-		for (int i = 0; i < ns; i++)
-			f.st[i].y = f.y + yoff[i];
-		for (int i = 0; i < ns; i++)
-			f.st[i].x = f.st[f.st[i].dep].y;
+		wire(f.st, f.y, yoff);
 		f.dst = (stage *)lab_alloc((size_t)ns * sizeof(stage));
 		LAB_CK(cudaMemcpy(f.dst, f.st.data(), (size_t)ns * sizeof(stage), cudaMemcpyHostToDevice));
 	}
 
 	const int G = L.sms;
-	const std::vector<std::vector<int2>> lists = deal(P, G);
+	const dealt D = flatten(deal(P, G));
+	const std::vector<int2> &flat = D.flat;
+	const std::vector<int> &off = D.off;
 	size_t n_units = 0;
 	for (const stage &s : P.st)
 		n_units += s.units;
-	std::vector<int2> flat;
-	std::vector<int> off(1, 0);
-	for (const auto &l : lists) {
-		flat.insert(flat.end(), l.begin(), l.end());
-		off.push_back((int)flat.size());
-	}
 	int2 *dlist = (int2 *)lab_alloc(flat.size() * sizeof(int2));
 	int *doff = (int *)lab_alloc(off.size() * sizeof(int));
 	unsigned *done = (unsigned *)lab_alloc((size_t)ns * 4);

@@ -205,6 +205,37 @@ __device__ __forceinline__ float warp_sum(float s)
 	return s;
 }
 
+/* a lane's sum over the 16-byte chunks c0, c0 + 32, ... below c1 of a row:
+ * CODES, byte b holds the codes of values 2b (low nibble) and 2b + 1; else
+ * word i holds values 2i and 2i + 1 (BF16, low half first) */
+template <bool CODES>
+__device__ __forceinline__ float chunks_dot(const uint4 *row, int c0, int c1, const float *xs, unsigned m)
+{
+	float s = 0.f;
+	[[maybe_unused]] const x4d::iq4_consts kc = x4d::iq4_consts_of(0u);
+	for (int c = c0; c < c1; c += 32) {
+		const uint4 v = row[c];
+		const float *x = xs + ((unsigned)c * (CODES ? 32u : 8u) & m);
+		const uint32_t q[4] = { v.x, v.y, v.z, v.w };
+#pragma unroll
+		for (int i = 0; i < 4; i++) {
+			if constexpr (CODES) {
+				const uint32_t lo = x4d::iq4_lookup4_biased(x4d::nibbles4(q[i], 0), kc);
+				const uint32_t hi = x4d::iq4_lookup4_biased(x4d::nibbles4(q[i], 1), kc);
+#pragma unroll
+				for (int b = 0; b < 4; b++) {
+					s = fmaf(x4d::biased_val(lo, kc.e, b), x[8 * i + 2 * b], s);
+					s = fmaf(x4d::biased_val(hi, kc.e, b), x[8 * i + 2 * b + 1], s);
+				}
+			} else {
+				s = fmaf(__uint_as_float(q[i] << 16), x[2 * i], s);
+				s = fmaf(__uint_as_float(q[i] & 0xffff0000u), x[2 * i + 1], s);
+			}
+		}
+	}
+	return s;
+}
+
 /* unit u of stage S from its rows in page and its input in xs, by the 32 *
  * NW compute threads (t): its tasks are its rows, or each row's chunks in
  * CW / rows parts where it has fewer than CW rows, a warp a task in turn;
@@ -224,36 +255,8 @@ __device__ void unit(const stage &S, int u, const uint8_t *page, const float *xs
 		const int r = k / parts, p = k % parts;
 		const int c1 = (p + 1) * cpr / parts;
 		const uint4 *row = reinterpret_cast<const uint4 *>(page + (size_t)r * S.rb);
-		float s = 0.f;
-		if (S.codes) { /* byte b: codes of values 2b (low nibble) and 2b + 1 */
-			const x4d::iq4_consts kc = x4d::iq4_consts_of(0u);
-			for (int c = p * cpr / parts + lane; c < c1; c += 32) {
-				const uint4 v = row[c];
-				const float *x = xs + ((unsigned)c * 32u & m);
-				const uint32_t q[4] = { v.x, v.y, v.z, v.w };
-#pragma unroll
-				for (int i = 0; i < 4; i++) {
-					const uint32_t lo = x4d::iq4_lookup4_biased(x4d::nibbles4(q[i], 0), kc);
-					const uint32_t hi = x4d::iq4_lookup4_biased(x4d::nibbles4(q[i], 1), kc);
-#pragma unroll
-					for (int b = 0; b < 4; b++) {
-						s = fmaf(x4d::biased_val(lo, kc.e, b), x[8 * i + 2 * b], s);
-						s = fmaf(x4d::biased_val(hi, kc.e, b), x[8 * i + 2 * b + 1], s);
-					}
-				}
-			}
-		} else { /* value 2i and 2i + 1: the low and high halves of word i */
-			for (int c = p * cpr / parts + lane; c < c1; c += 32) {
-				const uint4 v = row[c];
-				const float *x = xs + ((unsigned)c * 8u & m);
-				const uint32_t q[4] = { v.x, v.y, v.z, v.w };
-#pragma unroll
-				for (int i = 0; i < 4; i++) {
-					s = fmaf(__uint_as_float(q[i] << 16), x[2 * i], s);
-					s = fmaf(__uint_as_float(q[i] & 0xffff0000u), x[2 * i + 1], s);
-				}
-			}
-		}
+		const int c0 = p * cpr / parts + lane;
+		float s = S.codes ? chunks_dot<true>(row, c0, c1, xs, m) : chunks_dot<false>(row, c0, c1, xs, m);
 		s = warp_sum(s);
 		if (lane == 0)
 			red[k] = s;
@@ -517,6 +520,42 @@ plan make_plan(const x4_config &c, int ctx, bool iq4 = false, int work_ns = 0)
 	P.st[0].dep = (int)P.st.size() - 1;
 	free(ts);
 	return P;
+}
+
+/* each stage's outputs' offset in one buffer of max(rows, XMAX) values a
+ * stage (the last entry: the buffer's length) */
+std::vector<size_t> out_offsets(const plan &P)
+{
+	std::vector<size_t> off(1, 0);
+	for (const stage &s : P.st)
+		off.push_back(off.back() + (size_t)std::max(s.rows, XMAX));
+	return off;
+}
+
+/* a form's stages: outputs at y + off[i], each input its dep's outputs */
+void wire(std::vector<stage> &st, float *y, const std::vector<size_t> &off)
+{
+	for (size_t i = 0; i < st.size(); i++)
+		st[i].y = y + off[i];
+	for (stage &s : st)
+		s.x = st[s.dep].y;
+}
+
+/* the dataflow kernel's lists in one array: block b's units are
+ * flat[off[b] .. off[b + 1]) */
+struct dealt {
+	std::vector<int2> flat;
+	std::vector<int> off;
+};
+dealt flatten(const std::vector<std::vector<int2>> &lists)
+{
+	dealt d;
+	d.off.push_back(0);
+	for (const auto &l : lists) {
+		d.flat.insert(d.flat.end(), l.begin(), l.end());
+		d.off.push_back((int)d.flat.size());
+	}
+	return d;
 }
 
 /* the dataflow form's lists: the step's units in order, dealt to G blocks in turn */
