@@ -30,6 +30,11 @@ done
 check plan.iq4.runs $? "$(cat "$tmp/qe")"
 "$B" plan 512 132 work=2000 >"$tmp/w.tsv" 2>"$tmp/we"
 check plan.work.runs $? "$(cat "$tmp/we")"
+# the variants: fold (the one-unit stages left out), uniform=K (K equal stages)
+"$B" plan 512 132 fold >"$tmp/f.tsv" 2>"$tmp/fe"
+check plan.fold.runs $? "$(cat "$tmp/fe")"
+"$B" plan 512 132 uniform=240 >"$tmp/u.tsv" 2>"$tmp/ue"
+check plan.uniform.runs $? "$(cat "$tmp/ue")"
 python3 - "$tmp" <<'PY'
 import sys, re
 d = sys.argv[1]
@@ -79,6 +84,21 @@ check("work.stages", len(small) == 200 and all(s["work_ns"] == 2000 and s["bytes
       f"{len(small)} stages with work")
 check("work.same_bytes", not any(s["work_ns"] for s in b) and [s["bytes"] for s in w] == [s["bytes"] for s in b],
       "the plans differ")
+# fold: the 82 one-unit stages of 16-byte rows gone (two a block, the head's
+# gate, the argmax), every other stage as it was, still one chain
+f = rows("f.tsv")
+keep = [(s["rows"], s["row_bytes"]) for s in b if s["row_bytes"] != 16]
+check("fold.stages", len(f) == len(b) - 82 and [(s["rows"], s["row_bytes"]) for s in f] == keep
+      and f[0]["dep"] == len(f) - 1 and all(s["dep"] == i - 1 for i, s in enumerate(f) if i),
+      f"{len(f)} stages")
+late = [s for s in f if s["late"] >= 0]
+check("fold.routed", len(late) == 76 and all(f[s["late"]]["row_bytes"] == 14336 for s in late),
+      "a routed stage waits for another than the router")
+# uniform=240: 240 stages of equal rows, the step's bytes within a row a stage
+u = rows("u.tsv")
+check("uniform.stages", len(u) == 240 and len(set((s["rows"], s["row_bytes"]) for s in u)) == 1
+      and abs(sum(s["bytes"] for s in u) - b512) <= 240 * 16384 and not any(s["late"] >= 0 for s in u),
+      f"{len(u)} stages, {sum(s['bytes'] for s in u)} bytes against {b512}")
 PY
 for g in 1 7 132 264; do
 	"$B" plan 4096 $g >/dev/null 2>"$tmp/g"

@@ -234,7 +234,7 @@ struct form {
 	}
 };
 
-static void run_kernels(form &F, int steps, unsigned sched, bool late)
+static void run_kernels(form &F, int steps, unsigned sched, bool late, bool vx = false)
 {
 	df_late = late;
 	df_smem_bytes = PAGE + (XMAX + UROWS) * 4 + 16;
@@ -243,7 +243,12 @@ static void run_kernels(form &F, int steps, unsigned sched, bool late)
 			const unsigned units = (unsigned)F.st[s].units;
 			for (unsigned b0 = 0; b0 < units; b0 += 8)
 				run_grid(b0, std::min(8u, units - b0), units, 32 * CW, sched ? sched + 977 * (unsigned)s : 0,
-					 [&] { stage_kernel(&F.st[s], step, &F.err); });
+					 [&] {
+						 if (vx)
+							 stage_kernel<true>(&F.st[s], step, &F.err, nullptr);
+						 else
+							 stage_kernel<false>(&F.st[s], step, &F.err, nullptr);
+					 });
 		}
 }
 
@@ -346,6 +351,10 @@ static void check_plan(const x4_config &c, bool iq4, const cfg *cfgs, int ncfg)
 	run_kernels(K2, steps, 3, true);
 	snprintf(name, sizeof name, "%s.kernels.late", mode);
 	report(!K2.err && K2.y == K.y, name, "the same bits at random with late copies");
+	form K3(P, yoff);
+	run_kernels(K3, steps, 5, true, true);
+	snprintf(name, sizeof name, "%s.kernelsv.late", mode);
+	report(!K3.err && K3.y == K.y, name, "the input staged by stage_xv: the same bits at random with late copies");
 
 	for (int k = 0; k < ncfg; k++) {
 		const cfg &g = cfgs[k];

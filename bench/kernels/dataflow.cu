@@ -56,10 +56,102 @@
  * apart: 1.4 us of its blocks' work, 2.0 of the cross-block sum, 1.5 of the
  * collapse and norm), to see which form hides it behind the weights' stream.
  */
+#include <errno.h>
+#include <array>
 #include "lab.h"
 #include "dataflow.cuh"
 
 using namespace x4df;
+
+/* one traced run of a kernels form's graph ge (its stamps in dtr): each
+ * stage's stamps at each step into PATH-NAME.tsv (ns from the step's start,
+ * the previous step's last end), and on stderr the mean over the steps past
+ * the first of what each kind of stage adds to the step (its span: its last
+ * block's end less the stage before's) and of its parts: release (the
+ * first block's release from the wait after the stage before's end), spread
+ * (the last block's release after the first's), input (the last input
+ * staged after the last release), weights (the last weights landed after
+ * that), compute (the end after both); early: how long before the stage
+ * before's end its first block was resident.  A profiled run: not a speed. */
+static int traced(const char *name, cudaGraphExec_t ge, unsigned long long *dtr, lab &L, const plan &P, int steps,
+		  const char *path)
+{
+	const int ns = (int)P.st.size();
+	const size_t n = (size_t)steps * ns;
+	std::vector<unsigned long long> h(n * TR_N, 0);
+	for (size_t i = 0; i < n; i++)
+		h[i * TR_N + TR_ENTRY] = h[i * TR_N + TR_WAIT0] = ~0ull;
+	LAB_CK(cudaMemcpy(dtr, h.data(), h.size() * 8, cudaMemcpyHostToDevice));
+	LAB_CK(cudaGraphLaunch(ge, L.s));
+	LAB_CK(cudaStreamSynchronize(L.s));
+	LAB_CK(cudaGetLastError());
+	LAB_CK(cudaMemcpy(h.data(), dtr, h.size() * 8, cudaMemcpyDeviceToHost));
+	for (size_t i = 0; i < n * TR_N; i++)
+		if (h[i] == 0 || h[i] == ~0ull) {
+			fprintf(stderr, "lab: trace %s: stage %zu of step %zu has no stamp %zu\n", name, i / TR_N % ns,
+				i / TR_N / ns, i % TR_N);
+			return 1;
+		}
+	char fn[512];
+	snprintf(fn, sizeof fn, "%s-%s.tsv", path, name);
+	FILE *f = fopen(fn, "w");
+	if (!f) {
+		fprintf(stderr, "lab: cannot write %s: %s\n", fn, strerror(errno));
+		return 1;
+	}
+	fprintf(f, "step\tstage\tkind\tunits\tbytes\tentry\twait0\twait1\tinput\tweights\tend\n");
+	std::vector<const char *> kinds;
+	std::vector<std::array<double, 8>> sum; /* stages, span, release, spread, input, weights, compute, early */
+	double total = 0;
+	for (int step = 0; step < steps; step++)
+		for (int s = 0; s < ns; s++) {
+			const unsigned long long *t = &h[((size_t)step * ns + s) * TR_N];
+			const size_t prev_i = (size_t)step * ns + s;
+			const unsigned long long prev = prev_i ? h[(prev_i - 1) * TR_N + TR_END] : t[TR_ENTRY];
+			const unsigned long long base = step ? h[((size_t)step * ns - 1) * TR_N + TR_END] : h[TR_ENTRY];
+			fprintf(f, "%d\t%d\t%s\t%d\t%zu", step, s, P.kind[s], P.st[s].units,
+				(size_t)P.st[s].rows * P.st[s].rb);
+			for (int k = 0; k < TR_N; k++)
+				fprintf(f, "\t%lld", (long long)(t[k] - base));
+			fprintf(f, "\n");
+			if (!step)
+				continue;
+			auto d = [](unsigned long long a, unsigned long long b) { return ((double)a - (double)b) * 1e-3; };
+			const unsigned long long ready = std::max(t[TR_X], t[TR_W]);
+			const std::array<double, 8> a = { 1,
+							  d(t[TR_END], prev),
+							  d(t[TR_WAIT0], prev),
+							  d(t[TR_WAIT1], t[TR_WAIT0]),
+							  d(t[TR_X], t[TR_WAIT1]),
+							  std::max(0.0, d(t[TR_W], t[TR_X])),
+							  d(t[TR_END], ready),
+							  d(prev, t[TR_ENTRY]) };
+			size_t k = 0;
+			while (k < kinds.size() && strcmp(kinds[k], P.kind[s]))
+				k++;
+			if (k == kinds.size()) {
+				kinds.push_back(P.kind[s]);
+				sum.push_back({});
+			}
+			for (int j = 0; j < 8; j++)
+				sum[k][j] += a[j];
+			total += a[1];
+		}
+	fclose(f);
+	const int m = steps - 1;
+	if (m < 1)
+		return 0;
+	fprintf(stderr, "# trace %s (%s; a profiled run, not a speed): %.1f us a step over steps 1-%d\n", name, fn,
+		total / m, m);
+	fprintf(stderr, "# kind\tstages\tspan_us\tus_a_stage\trelease\tspread\tinput\tweights\tcompute\tearly\n");
+	for (size_t k = 0; k < kinds.size(); k++) {
+		const double c = sum[k][0];
+		fprintf(stderr, "# %s\t%.0f\t%.1f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\n", kinds[k], c / m,
+			sum[k][1] / m, sum[k][1] / c, sum[k][2] / c, sum[k][3] / c, sum[k][4] / c, sum[k][5] / c,
+			sum[k][6] / c, sum[k][7] / c);
+	}
+	return 0;
+}
 
 int main(int argc, char **argv)
 {
@@ -67,12 +159,20 @@ int main(int argc, char **argv)
 	 * bytes are read; work=NS, the small stages' serial work (default 0) */
 	bool iq4 = false;
 	int work_ns = 0;
+	variant v;
+	const char *trace = NULL; /* trace=PATH: a traced run of each kernels form, PATH-FORM.tsv */
 	for (; argc > 2; argc--) {
 		const char *a = argv[argc - 1];
 		if (!strcmp(a, "iq4") || !strcmp(a, "bf16"))
 			iq4 = !strcmp(a, "iq4");
 		else if (!strncmp(a, "work=", 5) && atoi(a + 5) >= 0 && atoi(a + 5) <= 1000000)
 			work_ns = atoi(a + 5);
+		else if (!strcmp(a, "fold"))
+			v.fold = true;
+		else if (!strncmp(a, "uniform=", 8) && atoi(a + 8) >= 1 && atoi(a + 8) <= 4096)
+			v.uniform = atoi(a + 8);
+		else if (!strncmp(a, "trace=", 6) && a[6])
+			trace = a + 6;
 		else
 			break;
 	}
@@ -82,12 +182,13 @@ int main(int argc, char **argv)
 			fprintf(stderr, "lab: context and blocks must be positive\n");
 			return 2;
 		}
-		return show_plan(make_plan(lab_model(), ctx, iq4, work_ns), G, 3, ctx);
+		return show_plan(make_plan(lab_model(), ctx, iq4, work_ns, v), G, 3, ctx);
 	}
 	lab L;
 	lab_init(&L, argc, argv,
 		 "times a decode step of the model's shapes as kernels (old) and as one dataflow kernel (new)\n"
-		 "  arguments: [old|new|all] [context 512] [steps 16] [pairs 3] [bf16|iq4] [work=NS]");
+		 "  arguments: [old|new|all] [context 512] [steps 16] [pairs 3] [bf16|iq4] [work=NS] [fold|uniform=K]\n"
+		 "             [trace=PATH]");
 	const int ctx = argc > 2 ? atoi(argv[2]) : 512, steps = argc > 3 ? atoi(argv[3]) : 16;
 	const int pairs = argc > 4 ? atoi(argv[4]) : 3;
 	if (ctx < 1 || steps < 1 || pairs < 1) {
@@ -102,7 +203,7 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	const x4_config c = lab_model();
-	plan P = make_plan(c, ctx, iq4, work_ns);
+	plan P = make_plan(c, ctx, iq4, work_ns, v);
 	const int ns = (int)P.st.size();
 	uint8_t *w = (uint8_t *)lab_alloc(P.wbytes);
 	lab_fill_half<<<1024, 256>>>((uint16_t *)w, P.wbytes / 2, 7, false);
@@ -116,16 +217,17 @@ int main(int argc, char **argv)
 	const size_t ylen = yoff.back();
 	struct form {
 		const char *name;
-		int npage; /* 0: the kernels */
-		int nw;    /* the dataflow block's compute warps */
+		int npage; /* 0: a kernels form */
+		int nw;    /* the dataflow block's compute warps; a kernels form's: 1, its input by stage_xv */
 		bool on;
 		std::vector<stage> st;
 		float *y;
 		stage *dst;
 		std::vector<double> us, ratio; /* ratio: the kernels runs beside it over its run, a pair each */
 	};
-	constexpr int NF = 4;
-	form F[NF] = { { "kernels", 0, CW, L.run_old, {}, NULL, NULL, {} },
+	constexpr int NF = 5;
+	form F[NF] = { { "kernels", 0, 0, L.run_old, {}, NULL, NULL, {} },
+		       { "kernelsv", 0, 1, L.run_old, {}, NULL, NULL, {} },
 		       { "dataflow", NPAGE, 8, L.run_new, {}, NULL, NULL, {} },
 		       { "dataflow2", 2, 8, L.run_new, {}, NULL, NULL, {} },
 		       { "dataflow16", NPAGE, 16, L.run_new, {}, NULL, NULL, {} } };
@@ -156,7 +258,9 @@ int main(int argc, char **argv)
 	LAB_CK(cudaMemcpy(doff, off.data(), off.size() * sizeof(int), cudaMemcpyHostToDevice));
 
 	const size_t sk = PAGE + (XMAX + UROWS) * 4 + 16;
-	LAB_CK(cudaFuncSetAttribute(stage_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sk));
+	auto skern = [](int vx) { return vx ? stage_kernel<true> : stage_kernel<false>; };
+	for (int vx = 0; vx < 2; vx++)
+		LAB_CK(cudaFuncSetAttribute(skern(vx), cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sk));
 	auto dsmem = [](int np) { return (size_t)np * PAGE + (XMAX + UROWS) * 4 + 2 * NPAGE * 8; };
 	for (const form &f : F) {
 		if (!f.npage)
@@ -173,28 +277,35 @@ int main(int argc, char **argv)
 		}
 	}
 
-	/* the kernels form: all the steps as one graph */
+	/* a kernels form: all the steps as one graph; tr (a traced run's): TR_N
+	 * stamps a stage and step */
 	x4k_pdl_set(1);
-	cudaGraphExec_t ge = NULL;
-	if (F[0].on) {
+	auto capture = [&](const form &f, unsigned long long *tr) {
 		cudaGraph_t g;
+		cudaGraphExec_t ge;
 		LAB_CK(cudaStreamBeginCapture(L.s, cudaStreamCaptureModeThreadLocal));
 		for (int step = 0; step < steps; step++)
 			for (int s = 0; s < ns; s++)
-				x4p::launch(stage_kernel, dim3(P.st[s].units), dim3(32 * CW), sk, L.s, F[0].dst + s,
-					    step, err);
+				x4p::launch(skern(f.nw), dim3(P.st[s].units), dim3(32 * CW), sk, L.s, f.dst + s, step,
+					    err, tr ? tr + (size_t)TR_N * (step * ns + s) : tr);
 		LAB_CK(cudaGetLastError());
 		LAB_CK(cudaStreamEndCapture(L.s, &g));
 		LAB_CK(cudaGraphInstantiate(&ge, g, 0));
 		LAB_CK(cudaGraphDestroy(g));
-	}
+		return ge;
+	};
+	cudaGraphExec_t gexec[NF] = {};
+	unsigned long long *tr = trace ? (unsigned long long *)lab_alloc((size_t)steps * ns * TR_N * 8) : NULL;
+	for (int i = 0; i < NF; i++)
+		if (F[i].on && !F[i].npage)
+			gexec[i] = capture(F[i], NULL);
 	auto run = [&](form &f) -> double {
 		LAB_CK(cudaMemsetAsync(f.y, 0, ylen * 4, L.s));
 		LAB_CK(cudaMemsetAsync(done, 0, (size_t)ns * 4, L.s));
 		LAB_CK(cudaMemsetAsync(err, 0, 4, L.s));
 		LAB_CK(cudaEventRecord(L.a, L.s));
 		if (!f.npage) {
-			LAB_CK(cudaGraphLaunch(ge, L.s));
+			LAB_CK(cudaGraphLaunch(gexec[&f - F], L.s));
 		} else {
 			int steps_ = steps, np = f.npage;
 			void *args[] = { &f.dst, &dlist, &doff, &done, &steps_, &np, &err };
@@ -276,14 +387,19 @@ int main(int argc, char **argv)
 		const double us = n % 2 ? f.us[n / 2] : 0.5 * (f.us[n / 2 - 1] + f.us[n / 2]);
 		lab_row(&L, "dataflow", f.name, shape, P.bytes, us);
 		fprintf(stderr, "# %s: %.1f us a step, %.1f steps/s", f.name, us, 1e6 / us);
-		std::vector<double> &r = f.npage ? f.ratio : control;
+		const bool first = &f == F;
+		std::vector<double> &r = first ? control : f.ratio;
 		if (!r.empty()) {
 			std::sort(r.begin(), r.end());
 			const size_t k = r.size();
-			fprintf(stderr, "; %s %.3fx (pairs %.3f-%.3f)", f.npage ? "against kernels" : "control",
+			fprintf(stderr, "; %s %.3fx (pairs %.3f-%.3f)", first ? "control" : "against kernels",
 				k % 2 ? r[k / 2] : 0.5 * (r[k / 2 - 1] + r[k / 2]), r.front(), r.back());
 		}
 		fprintf(stderr, "\n");
 	}
+	if (trace)
+		for (int i = 0; i < NF; i++)
+			if (F[i].on && !F[i].npage)
+				rc |= traced(F[i].name, capture(F[i], tr), tr, L, P, steps, trace);
 	return rc;
 }

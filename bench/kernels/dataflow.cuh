@@ -280,10 +280,51 @@ template <int NW> __device__ __forceinline__ void stage_x(const stage &S, float 
 	for (int i = t; i < S.nx; i += 32 * NW)
 		xs[i] = __ldcg(S.x + i);
 }
+
+/* the same values, each thread's 16-byte loads all issued before the first
+ * store: one L2 round trip instead of one an iteration (nx >= 8 is a
+ * multiple of 4; XMAX / 4 of them at most) */
+template <int NW> __device__ __forceinline__ void stage_xv(const stage &S, float *xs, int t)
+{
+	constexpr int N = (XMAX / 4 + 32 * NW - 1) / (32 * NW);
+	const float4 *src = reinterpret_cast<const float4 *>(S.x);
+	float4 *dst = reinterpret_cast<float4 *>(xs);
+	const int n4 = S.nx >> 2;
+	float4 v[N];
+#pragma unroll
+	for (int i = 0; i < N; i++)
+		if (t + i * 32 * NW < n4)
+			v[i] = __ldcg(src + t + i * 32 * NW);
+#pragma unroll
+	for (int i = 0; i < N; i++)
+		if (t + i * 32 * NW < n4)
+			dst[t + i * 32 * NW] = v[i];
+}
 #endif
 
-/* the kernels form: unit blockIdx.x of stage *sp at step `step` */
-__global__ void __launch_bounds__(32 * CW) stage_kernel(const stage *sp, int step, int *err)
+/* a traced run's stamps of one stage at one step (%globaltimer, ns): the
+ * first block's entry, the first and last block's release from the wait,
+ * the last block's input staged, weights landed and end */
+enum { TR_ENTRY, TR_WAIT0, TR_WAIT1, TR_X, TR_W, TR_END, TR_N };
+
+#if defined(X4_DF) && !defined(X4_EMU)
+__device__ __forceinline__ void stamp(unsigned long long *tr, int k, bool first)
+{
+	const unsigned long long now = gtime();
+	if (first)
+		atomicMin(tr + k, now);
+	else
+		atomicMax(tr + k, now);
+}
+#else
+inline void stamp(unsigned long long *, int, bool) {}
+#endif
+
+/* the kernels form: unit blockIdx.x of stage *sp at step `step`; VX: the
+ * input staged by stage_xv; tr (a traced run, else null): this stage's and
+ * step's TR_N stamps, thread 0 of each block adding its own */
+template <bool VX>
+__global__ void __launch_bounds__(32 * CW) stage_kernel(const stage *sp, int step, int *err, unsigned long long *tr)
 {
 #ifdef X4_DF
 	uint8_t *sm = dyn_smem();
@@ -291,6 +332,9 @@ __global__ void __launch_bounds__(32 * CW) stage_kernel(const stage *sp, int ste
 	float *xs = reinterpret_cast<float *>(sm + PAGE), *red = xs + XMAX;
 	uint64_t *full = reinterpret_cast<uint64_t *>(red + UROWS);
 	const int u = blockIdx.x, t = threadIdx.x;
+	const bool st0 = tr && t == 0;
+	if (st0)
+		stamp(tr, TR_ENTRY, true);
 	const stage S = *sp; /* the plan: not an activation */
 	if (t == 0) {
 		mbar_init(full, 1);
@@ -308,14 +352,30 @@ __global__ void __launch_bounds__(32 * CW) stage_kernel(const stage *sp, int ste
 	if (t == 0 && !late) /* weights: before the wait */
 		bulk_copy(page, src, (unsigned)(nr * S.rb), full);
 	x4p::wait();
+	if (st0) {
+		stamp(tr, TR_WAIT0, true);
+		stamp(tr, TR_WAIT1, false);
+	}
 	if (S.trig_late)
 		x4p::trigger();
 	if (t == 0 && late) /* the routed experts': which ones is the router's */
 		bulk_copy(page, src, (unsigned)(nr * S.rb), full);
-	stage_x<CW>(S, xs, t);
+	if (VX)
+		stage_xv<CW>(S, xs, t);
+	else
+		stage_x<CW>(S, xs, t);
 	__syncthreads();
+	if (st0)
+		stamp(tr, TR_X, false);
 	mbar_wait(full, 0, err);
+	if (st0)
+		stamp(tr, TR_W, false);
 	unit<CW>(S, u, page, xs, red, step, t);
+	if (tr) {
+		__syncthreads();
+		if (t == 0)
+			stamp(tr, TR_END, false);
+	}
 #endif
 }
 
@@ -400,8 +460,20 @@ dataflow_kernel(const stage *st, const int2 *list, const int *off, unsigned *don
 
 struct plan {
 	std::vector<stage> st;
+	std::vector<const char *> kind; /* each stage's name in the block (a trace's rows) */
 	double bytes = 0;
 	size_t wbytes = 0;
+};
+
+/* a plan's variants: none (the step as x4 builds it); fold: the step's
+ * one-unit stages (the norms and cache row, the combine, the head's gate,
+ * the argmax) left out, their consumers reading the stage before them, as
+ * if each were done again by every block of its consumer at no cost (the
+ * most that folding them can give); uniform: the same bytes as K stages of
+ * equal rows (the ceilings' synthetic step, on this probe's kernels) */
+struct variant {
+	bool fold = false;
+	int uniform = 0;
 };
 
 int pow2_floor(int v)
@@ -414,7 +486,7 @@ int pow2_floor(int v)
 
 /* a stage of rows x rb bytes (rb rounded up to 16) reading nx of the stage
  * before's values; its weights' offset into one allocation in .w for now */
-void add(plan *P, int rows, size_t rb, int nx_real, bool codes = false, int work_ns = 0)
+void add(plan *P, const char *kind, int rows, size_t rb, int nx_real, bool codes = false, int work_ns = 0)
 {
 	stage s = {};
 	s.rows = rows;
@@ -440,11 +512,12 @@ void add(plan *P, int rows, size_t rb, int nx_real, bool codes = false, int work
 	P->wbytes += (size_t)rows * s.rb;
 	P->bytes += (double)rows * s.rb;
 	P->st.push_back(s);
+	P->kind.push_back(kind);
 }
 
 /* the step of the released model at `ctx` positions of cache, from its
  * tensor list */
-plan make_plan(const x4_config &c, int ctx, bool iq4 = false, int work_ns = 0)
+plan make_plan(const x4_config &c, int ctx, bool iq4 = false, int work_ns = 0, variant v = variant())
 {
 	x4_tensor_spec *ts;
 	int nt;
@@ -474,48 +547,59 @@ plan make_plan(const x4_config &c, int ctx, bool iq4 = false, int work_ns = 0)
 	const int D = c.n_embd, W = work_ns;
 	plan P;
 	const x4_tensor_spec &emb = find(-1, "token_embd.weight");
-	add(&P, 64, rb(emb) / 64, XMAX); /* the embedding's row, read as 64 rows */
+	add(&P, "embed", 64, rb(emb) / 64, XMAX); /* the embedding's row, read as 64 rows */
 	for (int b = 0; b < c.n_block; b++) {
 		const x4_tensor_spec &ha = find(b, "hc_attn_fn.weight"), &qa = find(b, "attn_q_a.weight");
 		const x4_tensor_spec &kva = find(b, "attn_kv_a_mqa.weight"), &qb = find(b, "attn_q_b.weight");
 		const x4_tensor_spec &kb = find(b, "attn_k_b.weight"), &vb = find(b, "attn_v_b.weight");
 		const x4_tensor_spec &o = find(b, "attn_output.weight"), &hf = find(b, "hc_ffn_fn.weight");
-		add(&P, rows(ha), rb(ha), c.n_hc * D, false, W); /* the attention's gate */
-		add(&P, rows(qa) + rows(kva), rb(qa), D);         /* q_a and kv_a */
-		add(&P, 64, 16, c.q_lora, false, W);              /* the norms, the cache row */
-		add(&P, rows(qb), rb(qb), c.q_lora);              /* q_b */
-		add(&P, rows(kb), rb(kb), c.n_head * c.d_nope);   /* q into the latent */
-		add(&P, ctx, (size_t)2 * (c.kv_lora + c.d_rope), /* the attention over the cache */
+		add(&P, "attn_gate", rows(ha), rb(ha), c.n_hc * D, false, W); /* the attention's gate */
+		add(&P, "q_a_kv_a", rows(qa) + rows(kva), rb(qa), D);         /* q_a and kv_a */
+		if (!v.fold)
+			add(&P, "norms", 64, 16, c.q_lora, false, W);            /* the norms, the cache row */
+		add(&P, "q_b", rows(qb), rb(qb), c.q_lora);              /* q_b */
+		add(&P, "q_latent", rows(kb), rb(kb), c.n_head * c.d_nope);   /* q into the latent */
+		add(&P, "attention", ctx, (size_t)2 * (c.kv_lora + c.d_rope), /* the attention over the cache */
 		    c.n_head * (c.kv_lora + c.d_rope));
-		add(&P, 64, 16, XMAX, false, W);                  /* the splits' combine */
-		add(&P, rows(vb), rb(vb), c.n_head * c.kv_lora);  /* the values out of the latent */
-		add(&P, rows(o), rb(o), c.n_head * c.d_v);        /* the output projection */
-		add(&P, rows(hf), rb(hf), c.n_hc * D, false, W); /* the FFN's gate */
+		if (!v.fold)
+			add(&P, "combine", 64, 16, XMAX, false, W); /* the splits' combine */
+		add(&P, "v_latent", rows(vb), rb(vb), c.n_head * c.kv_lora);  /* the values out of the latent */
+		add(&P, "attn_out", rows(o), rb(o), c.n_head * c.d_v);        /* the output projection */
+		add(&P, "ffn_gate", rows(hf), rb(hf), c.n_hc * D, false, W); /* the FFN's gate */
 		if (b < c.n_dense) {
 			const x4_tensor_spec &g = find(b, "ffn_gate.weight"), &dn = find(b, "ffn_down.weight");
-			add(&P, 2 * rows(g), rb(g), D, codes(g));
-			add(&P, rows(dn), rb(dn), c.n_ff, codes(dn));
+			add(&P, "dense_gate_up", 2 * rows(g), rb(g), D, codes(g));
+			add(&P, "dense_down", rows(dn), rb(dn), c.n_ff, codes(dn));
 			continue;
 		}
 		const x4_tensor_spec &r = find(b, "ffn_gate_inp.weight");
 		const x4_tensor_spec &ge = find(b, "ffn_gate_exps.weight"), &de = find(b, "ffn_down_exps.weight");
 		const int used = c.n_expert_used, sh = c.n_expert_shared;
-		add(&P, rows(r), rb(r), D, false, W); /* the router and its top k */
+		add(&P, "router", rows(r), rb(r), D, false, W); /* the router and its top k */
 		const int router = (int)P.st.size() - 1;
 		/* the shared expert's gate and up rows, then the routed experts' */
-		add(&P, 2 * c.n_ff_exp * (sh + used), rb(ge), D, codes(ge));
+		add(&P, "moe_gate_up", 2 * c.n_ff_exp * (sh + used), rb(ge), D, codes(ge));
 		stage &gu = P.st.back();
 		gu.late = router;
 		gu.late_from = 2 * c.n_ff_exp * sh / gu.upr;
 		/* the down: each output row sums the chosen experts' and the shared's */
-		add(&P, (int)de.ne[1], rb(de) * (size_t)(used + sh), c.n_ff_exp * (used + sh), codes(de));
+		add(&P, "moe_down", (int)de.ne[1], rb(de) * (size_t)(used + sh), c.n_ff_exp * (used + sh), codes(de));
 		P.st.back().late = router;
 		P.st[P.st.size() - 2].trig_late = 1;
 	}
-	add(&P, 64, 16, XMAX, false, W); /* the head's gate and norm */
+	if (!v.fold)
+		add(&P, "head_gate", 64, 16, XMAX, false, W); /* the head's gate and norm */
 	const x4_tensor_spec &out = find(-1, "output.weight");
-	add(&P, rows(out), rb(out), D);
-	add(&P, 64, 16, XMAX, false, W); /* the argmax */
+	add(&P, "head", rows(out), rb(out), D);
+	if (!v.fold)
+		add(&P, "argmax", 64, 16, XMAX, false, W); /* the argmax */
+	if (v.uniform > 0) { /* rows of 16 KB, two a unit */
+		plan U;
+		const double per = P.bytes / v.uniform;
+		for (int k = 0; k < v.uniform; k++)
+			add(&U, "uniform", std::max(1, (int)llround(per / 16384)), 16384, 4096);
+		P = U;
+	}
 	P.st[0].first = 1;
 	P.st[0].dep = (int)P.st.size() - 1;
 	free(ts);

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Device call 82 (session 27, on main): where a kernel a stage spends the
+# 2,999 us of section 52's probe, and what three changes of the structure
+# allow, on the probe's ideal products; then the gpu_profile mend (642549a).
+#   - bf16 at 512 with trace=: the kernels form and kernelsv (the input
+#     staged with all of a thread's 16-byte loads issued at once) timed in
+#     3 pairs, then one traced run each: every stage's first entry, first and
+#     last release from the wait, input staged, weights landed, end;
+#   - fold: the 82 one-unit stages (norms and cache row, combine, head's
+#     gate, argmax) left out: the most that folding them into their
+#     consumers gives;
+#   - uniform=K (120, 240, 480): the same bytes as K equal stages, the
+#     ceilings' synthetic step on this probe's kernels (its calibration);
+#   - bf16 at 4,096 and iq4 at 512 with kernelsv, to see that it holds;
+#   - make all tests, then tests/gpu_profile.sh.
+set -u
+. bench/call-lib.sh
+CALL_END=${CALL_END_82:-560}
+call_begin
+call_build build/bench/dataflow
+for run in "bf16 512 trace" "bf16 512 fold trace" "bf16 512 uniform=120" "bf16 512 uniform=240" \
+	"bf16 512 uniform=480" "bf16 4096" "iq4 512" "bf16 512 fold work=2000"; do
+	set -- $run
+	tag=$(echo "$run" | tr ' =' '-_')
+	f="$OUT/x/dataflow-$tag"
+	extra="${3:-} ${4:-}"
+	extra=${extra//trace/trace=$f}
+	upto 60 build/bench/dataflow old $2 16 3 $1 $extra >"$f.tsv" 2>"$f.err"
+	echo "dataflow $run rc=$? ($((SECONDS - t0)) s)"
+	grep -vE "^# pair" "$f.err" | head -n 40
+done
+call_build all tests
+upto 150 bash tests/gpu_profile.sh >"$OUT/x/gpu_profile.log" 2>&1
+echo "gpu_profile rc=$?: $(grep -c '^PASS' "$OUT/x/gpu_profile.log") passed, $(grep -c '^FAIL' "$OUT/x/gpu_profile.log") failed ($((SECONDS - t0)) s)"
+grep -E '^FAIL' "$OUT/x/gpu_profile.log" | head -3
+call_end
