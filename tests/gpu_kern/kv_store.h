@@ -87,4 +87,5 @@ static void test_kv_store(void)
 	kv_case(3, 40, 8, 5, 7, 71); /* the third row is past max_ctx */
 	kv_case(1, full.kv_lora, full.d_rope, 4095, 4096, 72);
 	kv_case(64, full.kv_lora, full.d_rope, 100, 4096, 73);
+	kv_case(2, 2100, 600, 0, 8, 74); /* two rounds of loads; rope pairs past the block */
 }
