@@ -252,6 +252,19 @@ static void run_kernels(form &F, int steps, unsigned sched, bool late, bool vx =
 		}
 }
 
+/* the pipelined kernels form: a stage's units on min(units, G) blocks */
+static void run_kernels_p(form &F, int steps, int G, unsigned sched, bool late)
+{
+	df_late = late;
+	df_smem_bytes = KP_SMEM;
+	for (int step = 0; step < steps; step++)
+		for (size_t s = 0; s < F.st.size(); s++) {
+			const unsigned g = (unsigned)std::min(F.st[s].units, G);
+			run_grid(0, g, g, 32 * CW, sched ? sched + 977 * (unsigned)s : 0,
+				 [&] { stage_kernel_p(&F.st[s], step, &F.err, nullptr); });
+		}
+}
+
 static void run_dataflow(form &F, const plan &P, int G, int nw, int steps, int npage, unsigned sched, bool late)
 {
 	dealt d = flatten(deal(P, G));
@@ -355,6 +368,13 @@ static void check_plan(const x4_config &c, bool iq4, const cfg *cfgs, int ncfg)
 	run_kernels(K3, steps, 5, true, true);
 	snprintf(name, sizeof name, "%s.kernelsv.late", mode);
 	report(!K3.err && K3.y == K.y, name, "the input staged by stage_xv: the same bits at random with late copies");
+	for (int G : { 1, 3, 7 }) { /* pipelined: a block's units through its ring of pages */
+		form K4(P, yoff);
+		run_kernels_p(K4, steps, G, G == 3 ? 0 : 11u * G, G != 3);
+		snprintf(name, sizeof name, "%s.kernelsp.G%d", mode, G);
+		report(!K4.err && K4.y == K.y, name, "the same bits, %d blocks a stage%s", G,
+		       G == 3 ? ", in order" : ", at random with late copies");
+	}
 
 	for (int k = 0; k < ncfg; k++) {
 		const cfg &g = cfgs[k];

@@ -7,7 +7,12 @@
  *   kernels    (old) a kernel a stage, as x4's step is built: each block one
  *              unit, its weights copied before griddepcontrol.wait (after
  *              it where they depend on the router), the steps one CUDA
- *              graph with programmatic dependent launch on;
+ *              graph with programmatic dependent launch on; kernelsv the
+ *              same with the input staged by a thread's loads all at once;
+ *              kernelsp (old too) with as many blocks as the card holds,
+ *              each taking its units in turn through a ring of two pages
+ *              (the next unit's weights in flight while one is worked),
+ *              the input staged once a block;
  *   dataflow   (new) one persistent kernel for all the steps, a block an SM:
  *              a loader warp copies each unit's weights into a ring of
  *              shared-memory pages as soon as a page is free (the routed
@@ -44,7 +49,15 @@
  * tests/tool_dataflow.sh checks the full preset's plan on the host.
  *
  *   make bench-kernels CUDA_ARCH=90 && build/bench/dataflow [old|new|all] [context] [steps] [pairs] [bf16|iq4] [work=NS]
- *   build/bench/dataflow plan [context] [blocks] [bf16|iq4] [work=NS]   # no device: the stages, the lists' check
+ *        [fold|uniform=K] [trace=PATH]
+ *   build/bench/dataflow plan [context] [blocks] [bf16|iq4] [work=NS] [fold|uniform=K]   # no device
+ *
+ * fold: the step's one-unit stages left out (the most that folding them
+ * into their consumers can give); uniform=K: the step's bytes as K equal
+ * stages (the ceilings' synthetic step on this probe's kernels).  trace=PATH:
+ * after the pairs, one traced run of each kernels form (%globaltimer stamps
+ * of every stage: a profiled run, not a speed), PATH-FORM.tsv and on stderr
+ * what each kind of stage adds to the step.
  *
  * iq4: the IQ4_NL stages' bytes read as 4-bit codes through the codebook on
  * the CUDA cores (two values a byte, dataflow.cuh), so that the products
@@ -218,16 +231,18 @@ int main(int argc, char **argv)
 	struct form {
 		const char *name;
 		int npage; /* 0: a kernels form */
-		int nw;    /* the dataflow block's compute warps; a kernels form's: 1, its input by stage_xv */
+		int nw;    /* the dataflow block's compute warps; a kernels form's: 1, its input by
+			    * stage_xv; 2, the pipelined blocks (stage_kernel_p) */
 		bool on;
 		std::vector<stage> st;
 		float *y;
 		stage *dst;
 		std::vector<double> us, ratio; /* ratio: the kernels runs beside it over its run, a pair each */
 	};
-	constexpr int NF = 5;
+	constexpr int NF = 6;
 	form F[NF] = { { "kernels", 0, 0, L.run_old, {}, NULL, NULL, {} },
 		       { "kernelsv", 0, 1, L.run_old, {}, NULL, NULL, {} },
+		       { "kernelsp", 0, 2, L.run_old, {}, NULL, NULL, {} },
 		       { "dataflow", NPAGE, 8, L.run_new, {}, NULL, NULL, {} },
 		       { "dataflow2", 2, 8, L.run_new, {}, NULL, NULL, {} },
 		       { "dataflow16", NPAGE, 16, L.run_new, {}, NULL, NULL, {} } };
@@ -261,6 +276,13 @@ int main(int argc, char **argv)
 	auto skern = [](int vx) { return vx ? stage_kernel<true> : stage_kernel<false>; };
 	for (int vx = 0; vx < 2; vx++)
 		LAB_CK(cudaFuncSetAttribute(skern(vx), cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sk));
+	LAB_CK(cudaFuncSetAttribute(stage_kernel_p, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)KP_SMEM));
+	int p_per_sm = 0; /* the pipelined form's blocks an SM */
+	LAB_CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&p_per_sm, stage_kernel_p, 32 * CW, KP_SMEM));
+	if (p_per_sm < 1) {
+		fprintf(stderr, "lab: the kernelsp block (%zu bytes of shared memory) does not fit an SM\n", KP_SMEM);
+		return 1;
+	}
 	auto dsmem = [](int np) { return (size_t)np * PAGE + (XMAX + UROWS) * 4 + 2 * NPAGE * 8; };
 	for (const form &f : F) {
 		if (!f.npage)
@@ -285,9 +307,15 @@ int main(int argc, char **argv)
 		cudaGraphExec_t ge;
 		LAB_CK(cudaStreamBeginCapture(L.s, cudaStreamCaptureModeThreadLocal));
 		for (int step = 0; step < steps; step++)
-			for (int s = 0; s < ns; s++)
-				x4p::launch(skern(f.nw), dim3(P.st[s].units), dim3(32 * CW), sk, L.s, f.dst + s, step,
-					    err, tr ? tr + (size_t)TR_N * (step * ns + s) : tr);
+			for (int s = 0; s < ns; s++) {
+				unsigned long long *ts = tr ? tr + (size_t)TR_N * (step * ns + s) : tr;
+				if (f.nw == 2)
+					x4p::launch(stage_kernel_p, dim3(std::min(P.st[s].units, L.sms * p_per_sm)),
+						    dim3(32 * CW), KP_SMEM, L.s, f.dst + s, step, err, ts);
+				else
+					x4p::launch(skern(f.nw), dim3(P.st[s].units), dim3(32 * CW), sk, L.s, f.dst + s,
+						    step, err, ts);
+			}
 		LAB_CK(cudaGetLastError());
 		LAB_CK(cudaStreamEndCapture(L.s, &g));
 		LAB_CK(cudaGraphInstantiate(&ge, g, 0));

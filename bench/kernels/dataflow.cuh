@@ -379,6 +379,76 @@ __global__ void __launch_bounds__(32 * CW) stage_kernel(const stage *sp, int ste
 #endif
 }
 
+/* the pipelined kernels form (kernelsp): a kernel a stage as above, but
+ * gridDim.x blocks (at most the units; as many as the card holds at once)
+ * each take units blockIdx.x, + gridDim.x, ... through a ring of KP pages:
+ * the first KP units' weights copied before the wait (the routed experts'
+ * after it), each next one as soon as its page is free; the input staged
+ * once a block (stage_xv), not once a unit.  Shared memory: KP pages, the
+ * input, the sums, KP barriers. */
+constexpr int KP = 2;
+constexpr size_t KP_SMEM = (size_t)KP * PAGE + (XMAX + UROWS) * 4 + KP * 8;
+
+__global__ void __launch_bounds__(32 * CW) stage_kernel_p(const stage *sp, int step, int *err, unsigned long long *tr)
+{
+#ifdef X4_DF
+	uint8_t *sm = dyn_smem();
+	float *xs = reinterpret_cast<float *>(sm + KP * PAGE), *red = xs + XMAX;
+	uint64_t *full = reinterpret_cast<uint64_t *>(red + UROWS);
+	const int G = gridDim.x, t = threadIdx.x;
+	const bool st0 = tr && t == 0;
+	if (st0)
+		stamp(tr, TR_ENTRY, true);
+	const stage S = *sp; /* the plan: not an activation */
+	if (t == 0) {
+		for (int i = 0; i < KP; i++)
+			mbar_init(full + i, 1);
+		fence_init();
+	}
+	__syncthreads();
+	if (!S.trig_late)
+		x4p::trigger();
+	const bool late = S.late >= 0 && S.late == S.dep; /* as stage_kernel's */
+	auto copy = [&](int k) { /* the block's k-th unit into page k % KP */
+		const int u = blockIdx.x + k * G;
+		const int nr = min(S.upr, S.rows - u * S.upr);
+		bulk_copy(sm + (size_t)(k % KP) * PAGE, S.w + (size_t)u * S.upr * S.rb, (unsigned)(nr * S.rb),
+			  full + k % KP);
+	};
+	const int nk = (S.units - (int)blockIdx.x + G - 1) / G; /* the block's units */
+	if (t == 0)
+		for (int k = 0; k < KP && k < nk; k++)
+			if (!(late && (int)blockIdx.x + k * G >= S.late_from))
+				copy(k);
+	x4p::wait();
+	if (st0) {
+		stamp(tr, TR_WAIT0, true);
+		stamp(tr, TR_WAIT1, false);
+	}
+	if (S.trig_late)
+		x4p::trigger();
+	if (t == 0)
+		for (int k = 0; k < KP && k < nk; k++)
+			if (late && (int)blockIdx.x + k * G >= S.late_from)
+				copy(k);
+	stage_xv<CW>(S, xs, t);
+	__syncthreads();
+	if (st0)
+		stamp(tr, TR_X, false);
+	for (int k = 0; k < nk; k++) {
+		mbar_wait(full + k % KP, (unsigned)(k / KP) & 1u, err);
+		if (st0 && k == 0)
+			stamp(tr, TR_W, false);
+		unit<CW>(S, (int)blockIdx.x + k * G, sm + (size_t)(k % KP) * PAGE, xs, red, step, t);
+		__syncthreads(); /* the page read and the sums taken before they are reused */
+		if (t == 0 && k + KP < nk)
+			copy(k + KP);
+	}
+	if (st0)
+		stamp(tr, TR_END, false);
+#endif
+}
+
 /* the dataflow form: block b runs its units list[off[b] .. off[b + 1]) (a
  * stage and a unit each, in the step's order) for each step; done[s] counts
  * stage s's units over all steps */
