@@ -237,7 +237,7 @@ struct form {
 static void run_kernels(form &F, int steps, unsigned sched, bool late, bool vx = false)
 {
 	df_late = late;
-	df_smem_bytes = PAGE + (XMAX + UROWS) * 4 + 16;
+	df_smem_bytes = stage_smem(1);
 	for (int step = 0; step < steps; step++)
 		for (size_t s = 0; s < F.st.size(); s++) {
 			const unsigned units = (unsigned)F.st[s].units;
@@ -245,9 +245,9 @@ static void run_kernels(form &F, int steps, unsigned sched, bool late, bool vx =
 				run_grid(b0, std::min(8u, units - b0), units, 32 * CW, sched ? sched + 977 * (unsigned)s : 0,
 					 [&] {
 						 if (vx)
-							 stage_kernel<true>(&F.st[s], step, &F.err, nullptr);
+							 stage_kernel<1, true>(&F.st[s], step, &F.err, nullptr);
 						 else
-							 stage_kernel<false>(&F.st[s], step, &F.err, nullptr);
+							 stage_kernel<1, false>(&F.st[s], step, &F.err, nullptr);
 					 });
 		}
 }
@@ -256,12 +256,12 @@ static void run_kernels(form &F, int steps, unsigned sched, bool late, bool vx =
 static void run_kernels_p(form &F, int steps, int G, unsigned sched, bool late)
 {
 	df_late = late;
-	df_smem_bytes = KP_SMEM;
+	df_smem_bytes = stage_smem(2);
 	for (int step = 0; step < steps; step++)
 		for (size_t s = 0; s < F.st.size(); s++) {
 			const unsigned g = (unsigned)std::min(F.st[s].units, G);
 			run_grid(0, g, g, 32 * CW, sched ? sched + 977 * (unsigned)s : 0,
-				 [&] { stage_kernel_p(&F.st[s], step, &F.err, nullptr); });
+				 [&] { stage_kernel<2, true>(&F.st[s], step, &F.err, nullptr); });
 		}
 }
 

@@ -232,7 +232,7 @@ int main(int argc, char **argv)
 		const char *name;
 		int npage; /* 0: a kernels form */
 		int nw;    /* the dataflow block's compute warps; a kernels form's: 1, its input by
-			    * stage_xv; 2, the pipelined blocks (stage_kernel_p) */
+			    * stage_xv; 2, the pipelined blocks (stage_kernel's ring of 2 pages) */
 		bool on;
 		std::vector<stage> st;
 		float *y;
@@ -272,17 +272,20 @@ int main(int argc, char **argv)
 	LAB_CK(cudaMemcpy(dlist, flat.data(), flat.size() * sizeof(int2), cudaMemcpyHostToDevice));
 	LAB_CK(cudaMemcpy(doff, off.data(), off.size() * sizeof(int), cudaMemcpyHostToDevice));
 
-	const size_t sk = PAGE + (XMAX + UROWS) * 4 + 16;
-	auto skern = [](int vx) { return vx ? stage_kernel<true> : stage_kernel<false>; };
-	for (int vx = 0; vx < 2; vx++)
-		LAB_CK(cudaFuncSetAttribute(skern(vx), cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sk));
-	LAB_CK(cudaFuncSetAttribute(stage_kernel_p, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)KP_SMEM));
+	/* a kernels form's kernel, shared memory and blocks a stage */
+	auto skern = [](int nw) {
+		return nw == 2 ? stage_kernel<2, true> : nw ? stage_kernel<1, true> : stage_kernel<1, false>;
+	};
+	auto ssmem = [](int nw) { return stage_smem(nw == 2 ? 2 : 1); };
 	int p_per_sm = 0; /* the pipelined form's blocks an SM */
-	LAB_CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&p_per_sm, stage_kernel_p, 32 * CW, KP_SMEM));
+	for (int nw = 0; nw < 3; nw++)
+		LAB_CK(cudaFuncSetAttribute(skern(nw), cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ssmem(nw)));
+	LAB_CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&p_per_sm, skern(2), 32 * CW, ssmem(2)));
 	if (p_per_sm < 1) {
-		fprintf(stderr, "lab: the kernelsp block (%zu bytes of shared memory) does not fit an SM\n", KP_SMEM);
+		fprintf(stderr, "lab: the kernelsp block (%zu bytes of shared memory) does not fit an SM\n", ssmem(2));
 		return 1;
 	}
+	auto sgrid = [&](int nw, int units) { return nw == 2 ? std::min(units, L.sms * p_per_sm) : units; };
 	auto dsmem = [](int np) { return (size_t)np * PAGE + (XMAX + UROWS) * 4 + 2 * NPAGE * 8; };
 	for (const form &f : F) {
 		if (!f.npage)
@@ -309,12 +312,8 @@ int main(int argc, char **argv)
 		for (int step = 0; step < steps; step++)
 			for (int s = 0; s < ns; s++) {
 				unsigned long long *ts = tr ? tr + (size_t)TR_N * (step * ns + s) : tr;
-				if (f.nw == 2)
-					x4p::launch(stage_kernel_p, dim3(std::min(P.st[s].units, L.sms * p_per_sm)),
-						    dim3(32 * CW), KP_SMEM, L.s, f.dst + s, step, err, ts);
-				else
-					x4p::launch(skern(f.nw), dim3(P.st[s].units), dim3(32 * CW), sk, L.s, f.dst + s,
-						    step, err, ts);
+				x4p::launch(skern(f.nw), dim3(sgrid(f.nw, P.st[s].units)), dim3(32 * CW), ssmem(f.nw), L.s,
+					    f.dst + s, step, err, ts);
 			}
 		LAB_CK(cudaGetLastError());
 		LAB_CK(cudaStreamEndCapture(L.s, &g));

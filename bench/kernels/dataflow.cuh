@@ -320,24 +320,30 @@ __device__ __forceinline__ void stamp(unsigned long long *tr, int k, bool first)
 inline void stamp(unsigned long long *, int, bool) {}
 #endif
 
-/* the kernels form: unit blockIdx.x of stage *sp at step `step`; VX: the
- * input staged by stage_xv; tr (a traced run, else null): this stage's and
- * step's TR_N stamps, thread 0 of each block adding its own */
-template <bool VX>
+/* The kernels forms: stage *sp at step `step` on gridDim.x blocks, block b
+ * taking units b, b + gridDim.x, ... through a ring of NPG pages: the first
+ * NPG units' weights copied before griddepcontrol.wait (those that wait for
+ * the stage before, the routed experts', after it), each next one as soon
+ * as its page is free.  kernels (NPG 1, a block a unit) and kernelsv (the
+ * same, the input by stage_xv) launch a block a unit; kernelsp (NPG 2, VX)
+ * as many blocks as the card holds, the input staged once a block instead
+ * of once a unit.  tr (a traced run, else null): this stage's and step's
+ * TR_N stamps, thread 0 of each block adding its own. */
+template <int NPG, bool VX>
 __global__ void __launch_bounds__(32 * CW) stage_kernel(const stage *sp, int step, int *err, unsigned long long *tr)
 {
 #ifdef X4_DF
 	uint8_t *sm = dyn_smem();
-	uint8_t *page = sm;
-	float *xs = reinterpret_cast<float *>(sm + PAGE), *red = xs + XMAX;
+	float *xs = reinterpret_cast<float *>(sm + NPG * PAGE), *red = xs + XMAX;
 	uint64_t *full = reinterpret_cast<uint64_t *>(red + UROWS);
-	const int u = blockIdx.x, t = threadIdx.x;
+	const int G = gridDim.x, t = threadIdx.x;
 	const bool st0 = tr && t == 0;
 	if (st0)
 		stamp(tr, TR_ENTRY, true);
 	const stage S = *sp; /* the plan: not an activation */
 	if (t == 0) {
-		mbar_init(full, 1);
+		for (int i = 0; i < NPG; i++)
+			mbar_init(full + i, 1);
 		fence_init();
 	}
 	__syncthreads();
@@ -346,11 +352,19 @@ __global__ void __launch_bounds__(32 * CW) stage_kernel(const stage *sp, int ste
 	/* weights that wait for the stage before wait for the dependency; those
 	 * that wait for an earlier one are known once this grid starts (the
 	 * stage before triggers after its own wait), as x4's MoE down does */
-	const bool late = S.late >= 0 && S.late == S.dep && u >= S.late_from;
-	const int nr = min(S.upr, S.rows - u * S.upr);
-	const uint8_t *src = S.w + (size_t)u * S.upr * S.rb;
-	if (t == 0 && !late) /* weights: before the wait */
-		bulk_copy(page, src, (unsigned)(nr * S.rb), full);
+	const bool late = S.late >= 0 && S.late == S.dep;
+	auto after = [&](int k) { return late && (int)blockIdx.x + k * G >= S.late_from; };
+	auto copy = [&](int k) { /* the block's k-th unit into page k % NPG */
+		const int u = blockIdx.x + k * G;
+		const int nr = min(S.upr, S.rows - u * S.upr);
+		bulk_copy(sm + (size_t)(k % NPG) * PAGE, S.w + (size_t)u * S.upr * S.rb, (unsigned)(nr * S.rb),
+			  full + k % NPG);
+	};
+	const int nk = (S.units - (int)blockIdx.x + G - 1) / G; /* the block's units */
+	if (t == 0) /* weights: before the wait */
+		for (int k = 0; k < NPG && k < nk; k++)
+			if (!after(k))
+				copy(k);
 	x4p::wait();
 	if (st0) {
 		stamp(tr, TR_WAIT0, true);
@@ -358,8 +372,10 @@ __global__ void __launch_bounds__(32 * CW) stage_kernel(const stage *sp, int ste
 	}
 	if (S.trig_late)
 		x4p::trigger();
-	if (t == 0 && late) /* the routed experts': which ones is the router's */
-		bulk_copy(page, src, (unsigned)(nr * S.rb), full);
+	if (t == 0) /* the routed experts': which ones is the router's */
+		for (int k = 0; k < NPG && k < nk; k++)
+			if (after(k))
+				copy(k);
 	if (VX)
 		stage_xv<CW>(S, xs, t);
 	else
@@ -367,86 +383,25 @@ __global__ void __launch_bounds__(32 * CW) stage_kernel(const stage *sp, int ste
 	__syncthreads();
 	if (st0)
 		stamp(tr, TR_X, false);
-	mbar_wait(full, 0, err);
-	if (st0)
-		stamp(tr, TR_W, false);
-	unit<CW>(S, u, page, xs, red, step, t);
-	if (tr) {
-		__syncthreads();
-		if (t == 0)
-			stamp(tr, TR_END, false);
-	}
-#endif
-}
-
-/* the pipelined kernels form (kernelsp): a kernel a stage as above, but
- * gridDim.x blocks (at most the units; as many as the card holds at once)
- * each take units blockIdx.x, + gridDim.x, ... through a ring of KP pages:
- * the first KP units' weights copied before the wait (the routed experts'
- * after it), each next one as soon as its page is free; the input staged
- * once a block (stage_xv), not once a unit.  Shared memory: KP pages, the
- * input, the sums, KP barriers. */
-constexpr int KP = 2;
-constexpr size_t KP_SMEM = (size_t)KP * PAGE + (XMAX + UROWS) * 4 + KP * 8;
-
-__global__ void __launch_bounds__(32 * CW) stage_kernel_p(const stage *sp, int step, int *err, unsigned long long *tr)
-{
-#ifdef X4_DF
-	uint8_t *sm = dyn_smem();
-	float *xs = reinterpret_cast<float *>(sm + KP * PAGE), *red = xs + XMAX;
-	uint64_t *full = reinterpret_cast<uint64_t *>(red + UROWS);
-	const int G = gridDim.x, t = threadIdx.x;
-	const bool st0 = tr && t == 0;
-	if (st0)
-		stamp(tr, TR_ENTRY, true);
-	const stage S = *sp; /* the plan: not an activation */
-	if (t == 0) {
-		for (int i = 0; i < KP; i++)
-			mbar_init(full + i, 1);
-		fence_init();
-	}
-	__syncthreads();
-	if (!S.trig_late)
-		x4p::trigger();
-	const bool late = S.late >= 0 && S.late == S.dep; /* as stage_kernel's */
-	auto copy = [&](int k) { /* the block's k-th unit into page k % KP */
-		const int u = blockIdx.x + k * G;
-		const int nr = min(S.upr, S.rows - u * S.upr);
-		bulk_copy(sm + (size_t)(k % KP) * PAGE, S.w + (size_t)u * S.upr * S.rb, (unsigned)(nr * S.rb),
-			  full + k % KP);
-	};
-	const int nk = (S.units - (int)blockIdx.x + G - 1) / G; /* the block's units */
-	if (t == 0)
-		for (int k = 0; k < KP && k < nk; k++)
-			if (!(late && (int)blockIdx.x + k * G >= S.late_from))
-				copy(k);
-	x4p::wait();
-	if (st0) {
-		stamp(tr, TR_WAIT0, true);
-		stamp(tr, TR_WAIT1, false);
-	}
-	if (S.trig_late)
-		x4p::trigger();
-	if (t == 0)
-		for (int k = 0; k < KP && k < nk; k++)
-			if (late && (int)blockIdx.x + k * G >= S.late_from)
-				copy(k);
-	stage_xv<CW>(S, xs, t);
-	__syncthreads();
-	if (st0)
-		stamp(tr, TR_X, false);
 	for (int k = 0; k < nk; k++) {
-		mbar_wait(full + k % KP, (unsigned)(k / KP) & 1u, err);
+		mbar_wait(full + k % NPG, (unsigned)(k / NPG) & 1u, err);
 		if (st0 && k == 0)
 			stamp(tr, TR_W, false);
-		unit<CW>(S, (int)blockIdx.x + k * G, sm + (size_t)(k % KP) * PAGE, xs, red, step, t);
-		__syncthreads(); /* the page read and the sums taken before they are reused */
-		if (t == 0 && k + KP < nk)
-			copy(k + KP);
+		unit<CW>(S, (int)blockIdx.x + k * G, sm + (size_t)(k % NPG) * PAGE, xs, red, step, t);
+		if (tr || k + 1 < nk)
+			__syncthreads(); /* the page read and the sums taken before they are reused */
+		if (t == 0 && k + NPG < nk)
+			copy(k + NPG);
 	}
 	if (st0)
 		stamp(tr, TR_END, false);
 #endif
+}
+
+/* a kernels form's shared memory */
+constexpr size_t stage_smem(int npg)
+{
+	return (size_t)npg * PAGE + (XMAX + UROWS) * 4 + (size_t)npg * 8;
 }
 
 /* the dataflow form: block b runs its units list[off[b] .. off[b + 1]) (a
