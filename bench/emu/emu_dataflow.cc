@@ -234,34 +234,24 @@ struct form {
 	}
 };
 
-static void run_kernels(form &F, int steps, unsigned sched, bool late, bool vx = false)
+/* a kernels form: stage_kernel<NPG, VX> on G blocks a stage (0: a block a
+ * unit), its blocks eight at a time */
+static void run_kernels(form &F, int steps, unsigned sched, bool late, int npg = 1, bool vx = false, int G = 0)
 {
 	df_late = late;
-	df_smem_bytes = stage_smem(1);
+	df_smem_bytes = stage_smem(npg);
 	for (int step = 0; step < steps; step++)
 		for (size_t s = 0; s < F.st.size(); s++) {
-			const unsigned units = (unsigned)F.st[s].units;
-			for (unsigned b0 = 0; b0 < units; b0 += 8)
-				run_grid(b0, std::min(8u, units - b0), units, 32 * CW, sched ? sched + 977 * (unsigned)s : 0,
-					 [&] {
-						 if (vx)
-							 stage_kernel<1, true>(&F.st[s], step, &F.err, nullptr);
-						 else
-							 stage_kernel<1, false>(&F.st[s], step, &F.err, nullptr);
-					 });
-		}
-}
-
-/* the pipelined kernels form: a stage's units on min(units, G) blocks */
-static void run_kernels_p(form &F, int steps, int G, unsigned sched, bool late)
-{
-	df_late = late;
-	df_smem_bytes = stage_smem(2);
-	for (int step = 0; step < steps; step++)
-		for (size_t s = 0; s < F.st.size(); s++) {
-			const unsigned g = (unsigned)std::min(F.st[s].units, G);
-			run_grid(0, g, g, 32 * CW, sched ? sched + 977 * (unsigned)s : 0,
-				 [&] { stage_kernel<2, true>(&F.st[s], step, &F.err, nullptr); });
+			const unsigned g = (unsigned)(G ? std::min(F.st[s].units, G) : F.st[s].units);
+			for (unsigned b0 = 0; b0 < g; b0 += 8)
+				run_grid(b0, std::min(8u, g - b0), g, 32 * CW, sched ? sched + 977 * (unsigned)s : 0, [&] {
+					if (npg == 2)
+						stage_kernel<2, true>(&F.st[s], step, &F.err, nullptr);
+					else if (vx)
+						stage_kernel<1, true>(&F.st[s], step, &F.err, nullptr);
+					else
+						stage_kernel<1, false>(&F.st[s], step, &F.err, nullptr);
+				});
 		}
 }
 
@@ -365,12 +355,12 @@ static void check_plan(const x4_config &c, bool iq4, const cfg *cfgs, int ncfg)
 	snprintf(name, sizeof name, "%s.kernels.late", mode);
 	report(!K2.err && K2.y == K.y, name, "the same bits at random with late copies");
 	form K3(P, yoff);
-	run_kernels(K3, steps, 5, true, true);
+	run_kernels(K3, steps, 5, true, 1, true);
 	snprintf(name, sizeof name, "%s.kernelsv.late", mode);
 	report(!K3.err && K3.y == K.y, name, "the input staged by stage_xv: the same bits at random with late copies");
 	for (int G : { 1, 3, 7 }) { /* pipelined: a block's units through its ring of pages */
 		form K4(P, yoff);
-		run_kernels_p(K4, steps, G, G == 3 ? 0 : 11u * G, G != 3);
+		run_kernels(K4, steps, G == 3 ? 0 : 11u * G, G != 3, 2, true, G);
 		snprintf(name, sizeof name, "%s.kernelsp.G%d", mode, G);
 		report(!K4.err && K4.y == K.y, name, "the same bits, %d blocks a stage%s", G,
 		       G == 3 ? ", in order" : ", at random with late copies");

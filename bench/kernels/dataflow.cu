@@ -105,11 +105,12 @@ static int traced(const char *name, cudaGraphExec_t ge, unsigned long long *dtr,
 				i / TR_N / ns, i % TR_N);
 			return 1;
 		}
-	char fn[512];
+	char fn[512], tmp[520]; /* written to tmp, renamed once whole */
 	snprintf(fn, sizeof fn, "%s-%s.tsv", path, name);
-	FILE *f = fopen(fn, "w");
+	snprintf(tmp, sizeof tmp, "%s.tmp", fn);
+	FILE *f = fopen(tmp, "w");
 	if (!f) {
-		fprintf(stderr, "lab: cannot write %s: %s\n", fn, strerror(errno));
+		fprintf(stderr, "lab: cannot write %s: %s\n", tmp, strerror(errno));
 		return 1;
 	}
 	fprintf(f, "step\tstage\tkind\tunits\tbytes\tentry\twait0\twait1\tinput\tweights\tend\n");
@@ -150,7 +151,11 @@ static int traced(const char *name, cudaGraphExec_t ge, unsigned long long *dtr,
 				sum[k][j] += a[j];
 			total += a[1];
 		}
-	fclose(f);
+	if (ferror(f) | fclose(f) || rename(tmp, fn)) {
+		fprintf(stderr, "lab: cannot write %s: %s\n", fn, strerror(errno));
+		remove(tmp);
+		return 1;
+	}
 	const int m = steps - 1;
 	if (m < 1)
 		return 0;
