@@ -255,15 +255,20 @@ static void run_kernels(form &F, int steps, unsigned sched, bool late, int npg =
 		}
 }
 
-static void run_dataflow(form &F, const plan &P, int G, int nw, int steps, int npage, unsigned sched, bool late)
+static void run_dataflow(form &F, const plan &P, int G, int nw, int steps, int npage, unsigned sched, bool late,
+			 bool wv)
 {
 	dealt d = flatten(deal(P, G));
 	std::vector<int2> &flat = d.flat;
 	std::vector<int> &off = d.off;
 	df_late = late;
-	df_smem_bytes = (size_t)npage * PAGE + (XMAX + UROWS) * 4 + 2 * NPAGE * 8;
+	df_smem_bytes = dataflow_smem(npage);
 	run_grid(0, (unsigned)G, (unsigned)G, 32 * (nw + 1), sched, [&] {
-		if (nw == 16)
+		if (wv && nw == 16)
+			dataflow_warp_kernel<16>(F.st.data(), flat.data(), off.data(), F.done.data(), steps, npage, &F.err);
+		else if (wv)
+			dataflow_warp_kernel<8>(F.st.data(), flat.data(), off.data(), F.done.data(), steps, npage, &F.err);
+		else if (nw == 16)
 			dataflow_kernel<16>(F.st.data(), flat.data(), off.data(), F.done.data(), steps, npage, &F.err);
 		else
 			dataflow_kernel<8>(F.st.data(), flat.data(), off.data(), F.done.data(), steps, npage, &F.err);
@@ -276,13 +281,16 @@ struct cfg {
 	int G, nw, npage;
 	unsigned sched;
 	bool late;
+	bool wv; /* the form by warps (dataflowv) */
 };
 
-static void check_plan(const x4_config &c, bool iq4, const cfg *cfgs, int ncfg)
+static void check_plan(const x4_config &c, bool iq4, const cfg *cfgs, int ncfg, int uniform = 0)
 {
-	const char *mode = iq4 ? "iq4" : "bf16";
+	const char *mode = uniform ? "uniform" : iq4 ? "iq4" : "bf16";
 	const int ctx = 37, steps = 2;
-	plan P = make_plan(c, ctx, iq4);
+	variant v;
+	v.uniform = uniform;
+	plan P = make_plan(c, ctx, iq4, 0, v);
 	const int ns = (int)P.st.size();
 	/* the weights: BF16 words of 2^-7..2^-4 (the lab's filler's range) */
 	std::vector<uint8_t> W(P.wbytes + 16);
@@ -370,8 +378,8 @@ static void check_plan(const x4_config &c, bool iq4, const cfg *cfgs, int ncfg)
 		const cfg &g = cfgs[k];
 		form D(P, yoff);
 		const long c0 = n_copies;
-		run_dataflow(D, P, g.G, g.nw, steps, g.npage, g.sched, g.late);
-		snprintf(name, sizeof name, "%s.dataflow.G%d.W%d.ring%d.%s.%s", mode, g.G, g.nw, g.npage,
+		run_dataflow(D, P, g.G, g.nw, steps, g.npage, g.sched, g.late, g.wv);
+		snprintf(name, sizeof name, "%s.dataflow%s.G%d.W%d.ring%d.%s.%s", mode, g.wv ? "v" : "", g.G, g.nw, g.npage,
 			 g.sched ? "random" : "order", g.late ? "late" : "atissue");
 		int bad_stage = -1;
 		for (int s = 0; s < ns && bad_stage < 0; s++)
@@ -399,12 +407,24 @@ int main()
 	}
 	c.n_vocab = 4096; /* the head's 32,768 rows are most of the units: an eighth of them */
 	emu_stack = 16 << 10;
-	const cfg cfgs[] = { { 1, 8, 5, 0, false },  { 2, 8, 2, 7, true },	{ 3, 8, 5, 0, true },
-			     { 5, 8, 5, 11, true },  { 5, 8, 2, 13, false }, { 4, 8, 1, 17, true },
-			     { 3, 16, 5, 29, true } };
-	check_plan(c, false, cfgs, 7);
-	const cfg cfgs_iq4[] = { { 1, 8, 5, 0, true }, { 3, 8, 2, 19, true }, { 5, 16, 5, 23, false } };
-	check_plan(c, true, cfgs_iq4, 3);
+	const cfg cfgs[] = { { 1, 8, 5, 0, false, false },  { 2, 8, 2, 7, true, false },
+			     { 3, 8, 5, 0, true, false },   { 5, 8, 5, 11, true, false },
+			     { 5, 8, 2, 13, false, false }, { 4, 8, 1, 17, true, false },
+			     { 3, 16, 5, 29, true, false }, { 1, 8, 5, 0, false, true },
+			     { 2, 8, 2, 31, true, true },   { 3, 8, 1, 37, true, true },
+			     { 5, 8, 5, 41, true, true },   { 4, 16, 5, 43, true, true },
+			     { 3, 16, 1, 59, true, true },  { 2, 16, 2, 61, true, true } };
+	check_plan(c, false, cfgs, 14);
+	const cfg cfgs_iq4[] = { { 1, 8, 5, 0, true, false }, { 3, 8, 2, 19, true, false },
+				 { 5, 16, 5, 23, false, false }, { 3, 8, 2, 47, true, true },
+				 { 5, 16, 5, 53, false, true } };
+	check_plan(c, true, cfgs_iq4, 5);
+	/* units of two rows of 16 KB: most of a unit's warps have no row in it,
+	 * and a warp may pass a page before the page's rows are done */
+	const cfg cfgs_u[] = { { 2, 8, 1, 67, true, false }, { 3, 8, 1, 71, true, true },
+			       { 2, 8, 2, 73, true, true },  { 3, 16, 1, 79, true, true },
+			       { 1, 16, 5, 83, false, true } };
+	check_plan(c, false, cfgs_u, 5, 6);
 	printf("%d passed, %d failed\n", passes, fails);
 	return fails ? 1 : 0;
 }

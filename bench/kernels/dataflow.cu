@@ -21,7 +21,12 @@
  *              units (a counter a stage, to which each block adds its units
  *              after its last one) and the unit's page, 8 compute warps and
  *              a ring of 5 pages; dataflow2 the same with a ring of two
- *              pages, dataflow16 with 16 compute warps.
+ *              pages, dataflow16 with 16 compute warps;
+ *   dataflowv  (new) the same lists, loader and counters by warps: no block
+ *              barrier a unit, each warp taking rows of the block's units of
+ *              a stage in turn and summing a row's parts itself, the input
+ *              staged by stage_xv once a run of a stage's units; the last
+ *              warp of a run counts it; dataflowv16 with 16 compute warps.
  *
  * A stage is one product of its rows (rb bytes a row, read as BF16 pairs)
  * with the stage before's output: y = tanh(scale * sum w x); the step's
@@ -238,21 +243,28 @@ int main(int argc, char **argv)
 		int npage; /* 0: a kernels form */
 		int nw;    /* the dataflow block's compute warps; a kernels form's: 1, its input by
 			    * stage_xv; 2, the pipelined blocks (stage_kernel's ring of 2 pages) */
+		bool wv;   /* the dataflow form by warps (dataflow_warp_kernel) */
 		bool on;
 		std::vector<stage> st;
 		float *y;
 		stage *dst;
 		std::vector<double> us, ratio; /* ratio: the kernels runs beside it over its run, a pair each */
 	};
-	constexpr int NF = 6;
-	form F[NF] = { { "kernels", 0, 0, L.run_old, {}, NULL, NULL, {} },
-		       { "kernelsv", 0, 1, L.run_old, {}, NULL, NULL, {} },
-		       { "kernelsp", 0, 2, L.run_old, {}, NULL, NULL, {} },
-		       { "dataflow", NPAGE, 8, L.run_new, {}, NULL, NULL, {} },
-		       { "dataflow2", 2, 8, L.run_new, {}, NULL, NULL, {} },
-		       { "dataflow16", NPAGE, 16, L.run_new, {}, NULL, NULL, {} } };
-	/* the dataflow kernel of nw compute warps */
-	auto dkern = [](int nw) { return nw == 16 ? dataflow_kernel<16> : dataflow_kernel<8>; };
+	constexpr int NF = 8;
+	form F[NF] = { { "kernels", 0, 0, false, L.run_old, {}, NULL, NULL, {} },
+		       { "kernelsv", 0, 1, false, L.run_old, {}, NULL, NULL, {} },
+		       { "kernelsp", 0, 2, false, L.run_old, {}, NULL, NULL, {} },
+		       { "dataflow", NPAGE, 8, false, L.run_new, {}, NULL, NULL, {} },
+		       { "dataflow2", 2, 8, false, L.run_new, {}, NULL, NULL, {} },
+		       { "dataflow16", NPAGE, 16, false, L.run_new, {}, NULL, NULL, {} },
+		       { "dataflowv", NPAGE, 8, true, L.run_new, {}, NULL, NULL, {} },
+		       { "dataflowv16", NPAGE, 16, true, L.run_new, {}, NULL, NULL, {} } };
+	/* a dataflow form's kernel */
+	auto dkern = [](const form &f) {
+		if (f.wv)
+			return f.nw == 16 ? dataflow_warp_kernel<16> : dataflow_warp_kernel<8>;
+		return f.nw == 16 ? dataflow_kernel<16> : dataflow_kernel<8>;
+	};
 	for (form &f : F) {
 		if (!f.on)
 			continue;
@@ -291,18 +303,17 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	auto sgrid = [&](int nw, int units) { return nw == 2 ? std::min(units, L.sms * p_per_sm) : units; };
-	auto dsmem = [](int np) { return (size_t)np * PAGE + (XMAX + UROWS) * 4 + 2 * NPAGE * 8; };
 	for (const form &f : F) {
 		if (!f.npage)
 			continue;
-		LAB_CK(cudaFuncSetAttribute(dkern(f.nw), cudaFuncAttributeMaxDynamicSharedMemorySize,
-					    (int)dsmem(NPAGE)));
+		LAB_CK(cudaFuncSetAttribute(dkern(f), cudaFuncAttributeMaxDynamicSharedMemorySize,
+					    (int)dataflow_smem(NPAGE)));
 		int per_sm = 0;
-		LAB_CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, dkern(f.nw), 32 * (f.nw + 1),
-								     dsmem(f.npage)));
+		LAB_CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, dkern(f), 32 * (f.nw + 1),
+								     dataflow_smem(f.npage)));
 		if (per_sm < 1) {
 			fprintf(stderr, "lab: the %s block (%zu bytes of shared memory, %d threads) does not fit an SM\n",
-				f.name, dsmem(f.npage), 32 * (f.nw + 1));
+				f.name, dataflow_smem(f.npage), 32 * (f.nw + 1));
 			return 1;
 		}
 	}
@@ -341,8 +352,8 @@ int main(int argc, char **argv)
 		} else {
 			int steps_ = steps, np = f.npage;
 			void *args[] = { &f.dst, &dlist, &doff, &done, &steps_, &np, &err };
-			LAB_CK(cudaLaunchCooperativeKernel((void *)dkern(f.nw), dim3(G), dim3(32 * (f.nw + 1)), args,
-							   dsmem(np), L.s));
+			LAB_CK(cudaLaunchCooperativeKernel((void *)dkern(f), dim3(G), dim3(32 * (f.nw + 1)), args,
+							   dataflow_smem(np), L.s));
 		}
 		LAB_CK(cudaEventRecord(L.b, L.s));
 		LAB_CK(cudaEventSynchronize(L.b));

@@ -236,6 +236,34 @@ __device__ __forceinline__ float chunks_dot(const uint4 *row, int c0, int c1, co
 	return s;
 }
 
+/* a unit's parts: a row's chunks in CW / rows parts where the unit has
+ * fewer than CW rows (the sums' order, whichever warps take them) */
+__device__ __forceinline__ int unit_parts(int nr) { return nr >= CW ? 1 : CW / nr; }
+
+/* a row's output from the sum of its parts' warp sums, taken in order */
+__device__ __forceinline__ float unit_out(const stage &S, float s, int step)
+{
+	float v = tanhf(s * S.scale);
+	if (S.first)
+		v += 1e-3f * (float)step;
+	return v;
+}
+
+/* a row's sum by one warp: its parts' warp sums added in order, the bits
+ * of unit()'s red[] sum (chunks cpr, parts of them) */
+__device__ __forceinline__ float row_sum(const stage &S, const uint8_t *row_p, int cpr, int parts, const float *xs,
+					 int lane)
+{
+	const unsigned m = (unsigned)S.nx - 1;
+	const uint4 *row = reinterpret_cast<const uint4 *>(row_p);
+	float s = 0.f;
+	for (int p = 0; p < parts; p++) {
+		const int c0 = p * cpr / parts + lane, c1 = (p + 1) * cpr / parts;
+		s += warp_sum(S.codes ? chunks_dot<true>(row, c0, c1, xs, m) : chunks_dot<false>(row, c0, c1, xs, m));
+	}
+	return s;
+}
+
 /* unit u of stage S from its rows in page and its input in xs, by the 32 *
  * NW compute threads (t): its tasks are its rows, or each row's chunks in
  * CW / rows parts where it has fewer than CW rows, a warp a task in turn;
@@ -247,7 +275,7 @@ __device__ void unit(const stage &S, int u, const uint8_t *page, const float *xs
 {
 	const int r0 = u * S.upr, nr = min(S.upr, S.rows - r0);
 	const int cpr = S.rb >> 4;
-	const int parts = nr >= CW ? 1 : CW / nr;
+	const int parts = unit_parts(nr);
 	const unsigned m = (unsigned)S.nx - 1;
 	const int w = t >> 5, lane = t & 31;
 	const unsigned long long t0 = S.work_ns && t == 0 ? gtime() : 0;
@@ -266,10 +294,7 @@ __device__ void unit(const stage &S, int u, const uint8_t *page, const float *xs
 		float s = 0.f;
 		for (int p = 0; p < parts; p++)
 			s += red[t * parts + p];
-		float v = tanhf(s * S.scale);
-		if (S.first)
-			v += 1e-3f * (float)step;
-		S.y[r0 + t] = v;
+		S.y[r0 + t] = unit_out(S, s, step);
 	}
 	if (S.work_ns && t == 0)
 		work_for(t0, S.work_ns);
@@ -404,6 +429,31 @@ constexpr size_t stage_smem(int npg)
 	return (size_t)npg * PAGE + (XMAX + UROWS) * 4 + (size_t)npg * 8;
 }
 
+/* the dataflow forms' loader (one thread): each unit of the block's list
+ * list[b0 .. b1), for each step, copied into the next page of the ring as
+ * soon as the page's last use has emptied it, the routed experts' once the
+ * router's units are all counted */
+__device__ void df_loader(const stage *st, const int2 *list, int b0, int b1, const unsigned *done, int steps,
+			  int npage, uint8_t *sm, uint64_t *full, uint64_t *empty, int *err)
+{
+#ifdef X4_DF
+	unsigned n = 0;
+	for (int step = 0; step < steps; step++)
+		for (int i = b0; i < b1; i++, n++) {
+			const int2 e = list[i];
+			const stage &S = st[e.x];
+			const unsigned slot = n % npage, use = n / npage;
+			if (use)
+				mbar_wait(empty + slot, (use - 1) & 1, err);
+			if (S.late >= 0 && e.y >= S.late_from)
+				spin_ge(done + S.late, (unsigned)(step + 1) * st[S.late].units, err);
+			const int nr = min(S.upr, S.rows - e.y * S.upr);
+			bulk_copy(sm + (size_t)slot * PAGE, S.w + (size_t)e.y * S.upr * S.rb, (unsigned)(nr * S.rb),
+				  full + slot);
+		}
+#endif
+}
+
 /* the dataflow form: block b runs its units list[off[b] .. off[b + 1]) (a
  * stage and a unit each, in the step's order) for each step; done[s] counts
  * stage s's units over all steps */
@@ -425,23 +475,9 @@ dataflow_kernel(const stage *st, const int2 *list, const int *off, unsigned *don
 		fence_init();
 	}
 	__syncthreads();
-	if (t >= 32 * NW) { /* the loader warp: its lane 0 */
-		if (t != 32 * NW)
-			return;
-		unsigned n = 0;
-		for (int step = 0; step < steps; step++)
-			for (int i = b0; i < b1; i++, n++) {
-				const int2 e = list[i];
-				const stage &S = st[e.x];
-				const unsigned slot = n % npage, use = n / npage;
-				if (use)
-					mbar_wait(empty + slot, (use - 1) & 1, err);
-				if (S.late >= 0 && e.y >= S.late_from)
-					spin_ge(done + S.late, (unsigned)(step + 1) * st[S.late].units, err);
-				const int nr = min(S.upr, S.rows - e.y * S.upr);
-				bulk_copy(sm + (size_t)slot * PAGE, S.w + (size_t)e.y * S.upr * S.rb,
-					  (unsigned)(nr * S.rb), full + slot);
-			}
+	if (t >= 32 * NW) { /* the loader warp */
+		if (t == 32 * NW)
+			df_loader(st, list, b0, b1, done, steps, npage, sm, full, empty, err);
 		return;
 	}
 	/* a block's units of a stage are consecutive in its list: it counts them
@@ -481,6 +517,95 @@ dataflow_kernel(const stage *st, const int2 *list, const int *off, unsigned *don
 		atomicAdd(done + run_stage, run);
 	}
 #endif
+}
+
+/* the warp form of the dataflow kernel (dataflowv): the same lists, loader
+ * and counters, but no block barrier a unit.  A run (the block's
+ * consecutive units of one stage in a step) starts with the one wait for
+ * the stage before's count and its input staged by stage_xv between two
+ * barriers; then its units' rows are dealt to the NW compute warps in turn
+ * (row k of the run to warp k % NW), each warp summing a row's parts itself
+ * in order (row_sum: unit()'s bits) and writing its output, and arriving on
+ * each page's empty barrier (NW arrivals) once past its rows there, having
+ * waited for the page (so that no arrival runs ahead of the page's use).
+ * The last warp of a run to finish (a shared count) adds the run's units to
+ * the stage's counter. */
+template <int NW>
+__global__ void __launch_bounds__(32 * (NW + 1), 1)
+dataflow_warp_kernel(const stage *st, const int2 *list, const int *off, unsigned *done, int steps, int npage,
+		     int *err)
+{
+#ifdef X4_DF
+	uint8_t *sm = dyn_smem();
+	float *xs = reinterpret_cast<float *>(sm + (size_t)npage * PAGE);
+	uint64_t *full = reinterpret_cast<uint64_t *>(xs + XMAX + UROWS), *empty = full + NPAGE;
+	unsigned *fin = reinterpret_cast<unsigned *>(empty + NPAGE); /* warps past their run's rows */
+	const int t = threadIdx.x, b0 = off[blockIdx.x], b1 = off[blockIdx.x + 1];
+	if (t == 0) {
+		for (int i = 0; i < npage; i++) {
+			mbar_init(full + i, 1);
+			mbar_init(empty + i, NW);
+		}
+		*fin = 0;
+		fence_init();
+	}
+	__syncthreads();
+	if (t >= 32 * NW) { /* the loader warp */
+		if (t == 32 * NW)
+			df_loader(st, list, b0, b1, done, steps, npage, sm, full, empty, err);
+		return;
+	}
+	const int w = t >> 5, lane = t & 31;
+	unsigned n = 0; /* the unit's place in the block's whole list: its page */
+	for (int step = 0; step < steps; step++)
+		for (int i = b0; i < b1;) {
+			const int sx = list[i].x;
+			const stage &S = st[sx];
+			int i1 = i + 1;
+			while (i1 < b1 && list[i1].x == sx)
+				i1++;
+			if (t == 0)
+				spin_ge(done + S.dep, (unsigned)(S.first ? step : step + 1) * st[S.dep].units, err);
+			bar_compute<NW>(); /* the count there, and the last run's input read */
+			stage_xv<NW>(S, xs, t);
+			bar_compute<NW>();
+			const int cpr = S.rb >> 4;
+			int k0 = 0; /* the run's rows before this unit */
+			for (int j = i; j < i1; j++, n++) {
+				const int u = list[j].y, r0 = u * S.upr, nr = min(S.upr, S.rows - r0);
+				const unsigned slot = n % npage, use = n / npage;
+				const uint8_t *page = sm + (size_t)slot * PAGE;
+				mbar_wait(full + slot, use & 1, err);
+				const int parts = unit_parts(nr);
+				for (int r = ((w - k0) % NW + NW) % NW; r < nr; r += NW) {
+					const unsigned long long t0 = S.work_ns && r == 0 ? gtime() : 0;
+					const float s = row_sum(S, page + (size_t)r * S.rb, cpr, parts, xs, lane);
+					if (lane == 0)
+						S.y[r0 + r] = unit_out(S, s, step);
+					if (S.work_ns && r == 0 && lane == 0)
+						work_for(t0, S.work_ns);
+				}
+				__syncwarp();
+				if (lane == 0)
+					mbar_arrive(empty + slot);
+				k0 += nr;
+			}
+			if (lane == 0) {
+				__threadfence(); /* this warp's outputs, before the count */
+				if (atomicAdd(fin, 1u) % NW == NW - 1) {
+					__threadfence();
+					atomicAdd(done + sx, (unsigned)(i1 - i));
+				}
+			}
+			i = i1;
+		}
+#endif
+}
+
+/* the dataflow forms' shared memory: the ring, the input, the barriers and the count */
+constexpr size_t dataflow_smem(int npage)
+{
+	return (size_t)npage * PAGE + (XMAX + UROWS) * 4 + 2 * NPAGE * 8 + 8;
 }
 
 struct plan {
