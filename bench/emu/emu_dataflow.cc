@@ -256,7 +256,7 @@ static void run_kernels(form &F, int steps, unsigned sched, bool late, int npg =
 }
 
 static void run_dataflow(form &F, const plan &P, int G, int nw, int steps, int npage, unsigned sched, bool late,
-			 bool wv)
+			 bool wv, int mode)
 {
 	dealt d = flatten(deal(P, G));
 	std::vector<int2> &flat = d.flat;
@@ -265,9 +265,11 @@ static void run_dataflow(form &F, const plan &P, int G, int nw, int steps, int n
 	df_smem_bytes = dataflow_smem(npage);
 	run_grid(0, (unsigned)G, (unsigned)G, 32 * (nw + 1), sched, [&] {
 		if (wv && nw == 16)
-			dataflow_warp_kernel<16>(F.st.data(), flat.data(), off.data(), F.done.data(), steps, npage, &F.err);
+			dataflow_warp_kernel<16>(F.st.data(), flat.data(), off.data(), F.done.data(), steps, npage, &F.err,
+						 mode);
 		else if (wv)
-			dataflow_warp_kernel<8>(F.st.data(), flat.data(), off.data(), F.done.data(), steps, npage, &F.err);
+			dataflow_warp_kernel<8>(F.st.data(), flat.data(), off.data(), F.done.data(), steps, npage, &F.err,
+						mode);
 		else if (nw == 16)
 			dataflow_kernel<16>(F.st.data(), flat.data(), off.data(), F.done.data(), steps, npage, &F.err);
 		else
@@ -281,7 +283,8 @@ struct cfg {
 	int G, nw, npage;
 	unsigned sched;
 	bool late;
-	bool wv; /* the form by warps (dataflowv) */
+	bool wv;  /* the form by warps (dataflowv) */
+	int mode; /* its waits: DF_POLL, or DF_NAP (a pause between polls) */
 };
 
 static void check_plan(const x4_config &c, bool iq4, const cfg *cfgs, int ncfg, int uniform = 0)
@@ -378,8 +381,9 @@ static void check_plan(const x4_config &c, bool iq4, const cfg *cfgs, int ncfg, 
 		const cfg &g = cfgs[k];
 		form D(P, yoff);
 		const long c0 = n_copies;
-		run_dataflow(D, P, g.G, g.nw, steps, g.npage, g.sched, g.late, g.wv);
-		snprintf(name, sizeof name, "%s.dataflow%s.G%d.W%d.ring%d.%s.%s", mode, g.wv ? "v" : "", g.G, g.nw, g.npage,
+		run_dataflow(D, P, g.G, g.nw, steps, g.npage, g.sched, g.late, g.wv, g.mode);
+		snprintf(name, sizeof name, "%s.dataflow%s%s.G%d.W%d.ring%d.%s.%s", mode, g.wv ? "v" : "",
+			 g.mode == DF_NAP ? "n" : "", g.G, g.nw, g.npage,
 			 g.sched ? "random" : "order", g.late ? "late" : "atissue");
 		int bad_stage = -1;
 		for (int s = 0; s < ns && bad_stage < 0; s++)
@@ -413,8 +417,9 @@ int main()
 			     { 3, 16, 5, 29, true, false }, { 1, 8, 5, 0, false, true },
 			     { 2, 8, 2, 31, true, true },   { 3, 8, 1, 37, true, true },
 			     { 5, 8, 5, 41, true, true },   { 4, 16, 5, 43, true, true },
-			     { 3, 16, 1, 59, true, true },  { 2, 16, 2, 61, true, true } };
-	check_plan(c, false, cfgs, 14);
+			     { 3, 16, 1, 59, true, true },  { 2, 16, 2, 61, true, true },
+			     { 3, 16, 5, 89, true, true, DF_NAP } };
+	check_plan(c, false, cfgs, 15);
 	const cfg cfgs_iq4[] = { { 1, 8, 5, 0, true, false }, { 3, 8, 2, 19, true, false },
 				 { 5, 16, 5, 23, false, false }, { 3, 8, 2, 47, true, true },
 				 { 5, 16, 5, 53, false, true } };

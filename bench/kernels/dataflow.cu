@@ -26,7 +26,11 @@
  *              barrier a unit, each warp taking rows of the block's units of
  *              a stage in turn and summing a row's parts itself, the input
  *              staged by stage_xv once a run of a stage's units; the last
- *              warp of a run counts it; dataflowv16 with 16 compute warps.
+ *              warp of a run counts it; dataflowv16 with 16 compute warps,
+ *              dataflowv16n with a pause between a count's polls, and
+ *              dataflowv16x (timing only, its outputs wrong and not checked)
+ *              with no wait for other blocks' counts at all: the form's
+ *              cost without its cross-block waits.
  *
  * A stage is one product of its rows (rb bytes a row, read as BF16 pairs)
  * with the stage before's output: y = tanh(scale * sum w x); the step's
@@ -244,26 +248,29 @@ int main(int argc, char **argv)
 		int nw;    /* the dataflow block's compute warps; a kernels form's: 1, its input by
 			    * stage_xv; 2, the pipelined blocks (stage_kernel's ring of 2 pages) */
 		bool wv;   /* the dataflow form by warps (dataflow_warp_kernel) */
+		int mode;  /* its waits: DF_POLL, DF_NAP, DF_NODEP (timing only: its outputs not checked) */
 		bool on;
 		std::vector<stage> st;
 		float *y;
 		stage *dst;
 		std::vector<double> us, ratio; /* ratio: the kernels runs beside it over its run, a pair each */
 	};
-	constexpr int NF = 8;
-	form F[NF] = { { "kernels", 0, 0, false, L.run_old, {}, NULL, NULL, {} },
-		       { "kernelsv", 0, 1, false, L.run_old, {}, NULL, NULL, {} },
-		       { "kernelsp", 0, 2, false, L.run_old, {}, NULL, NULL, {} },
-		       { "dataflow", NPAGE, 8, false, L.run_new, {}, NULL, NULL, {} },
-		       { "dataflow2", 2, 8, false, L.run_new, {}, NULL, NULL, {} },
-		       { "dataflow16", NPAGE, 16, false, L.run_new, {}, NULL, NULL, {} },
-		       { "dataflowv", NPAGE, 8, true, L.run_new, {}, NULL, NULL, {} },
-		       { "dataflowv16", NPAGE, 16, true, L.run_new, {}, NULL, NULL, {} } };
+	constexpr int NF = 10;
+	form F[NF] = { { "kernels", 0, 0, false, 0, L.run_old, {}, NULL, NULL, {} },
+		       { "kernelsv", 0, 1, false, 0, L.run_old, {}, NULL, NULL, {} },
+		       { "kernelsp", 0, 2, false, 0, L.run_old, {}, NULL, NULL, {} },
+		       { "dataflow", NPAGE, 8, false, 0, L.run_new, {}, NULL, NULL, {} },
+		       { "dataflow2", 2, 8, false, 0, L.run_new, {}, NULL, NULL, {} },
+		       { "dataflow16", NPAGE, 16, false, 0, L.run_new, {}, NULL, NULL, {} },
+		       { "dataflowv", NPAGE, 8, true, DF_POLL, L.run_new, {}, NULL, NULL, {} },
+		       { "dataflowv16", NPAGE, 16, true, DF_POLL, L.run_new, {}, NULL, NULL, {} },
+		       { "dataflowv16n", NPAGE, 16, true, DF_NAP, L.run_new, {}, NULL, NULL, {} },
+		       { "dataflowv16x", NPAGE, 16, true, DF_NODEP, L.run_new, {}, NULL, NULL, {} } };
 	/* a dataflow form's kernel */
-	auto dkern = [](const form &f) {
+	auto dkern = [](const form &f) -> const void * {
 		if (f.wv)
-			return f.nw == 16 ? dataflow_warp_kernel<16> : dataflow_warp_kernel<8>;
-		return f.nw == 16 ? dataflow_kernel<16> : dataflow_kernel<8>;
+			return (const void *)(f.nw == 16 ? dataflow_warp_kernel<16> : dataflow_warp_kernel<8>);
+		return (const void *)(f.nw == 16 ? dataflow_kernel<16> : dataflow_kernel<8>);
 	};
 	for (form &f : F) {
 		if (!f.on)
@@ -350,9 +357,9 @@ int main(int argc, char **argv)
 		if (!f.npage) {
 			LAB_CK(cudaGraphLaunch(gexec[&f - F], L.s));
 		} else {
-			int steps_ = steps, np = f.npage;
-			void *args[] = { &f.dst, &dlist, &doff, &done, &steps_, &np, &err };
-			LAB_CK(cudaLaunchCooperativeKernel((void *)dkern(f), dim3(G), dim3(32 * (f.nw + 1)), args,
+			int steps_ = steps, np = f.npage, mode = f.mode;
+			void *args[] = { &f.dst, &dlist, &doff, &done, &steps_, &np, &err, &mode };
+			LAB_CK(cudaLaunchCooperativeKernel(dkern(f), dim3(G), dim3(32 * (f.nw + 1)), args,
 							   dataflow_smem(np), L.s));
 		}
 		LAB_CK(cudaEventRecord(L.b, L.s));
@@ -389,6 +396,8 @@ int main(int argc, char **argv)
 			ref = h;
 			continue;
 		}
+		if (f.mode == DF_NODEP) /* timing only: it does not wait for its inputs */
+			continue;
 		for (int s = 0; s < ns; s++)
 			if (memcmp(h.data() + yoff[s], ref.data() + yoff[s], (size_t)P.st[s].rows * 4)) {
 				fprintf(stderr, "lab: %s: stage %d's outputs differ from %s's\n", f.name, s,

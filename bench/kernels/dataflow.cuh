@@ -38,6 +38,10 @@ constexpr int XMAX = 8192;  /* input values staged a unit */
 constexpr int CW = 8;       /* a kernels-form block's warps; a unit's row splits (the sums' order) */
 constexpr int UROWS = 64;   /* rows a unit at most */
 constexpr unsigned long long SPIN_NS = 2000000000ull; /* a dependency wait that gives up */
+/* how the warp form waits for other blocks' counts: polling at once,
+ * polling with a pause, or (a timing-only probe whose outputs are wrong)
+ * not at all */
+enum { DF_POLL, DF_NAP, DF_NODEP };
 
 struct stage {
 	const uint8_t *w; /* rows x rb bytes */
@@ -80,6 +84,7 @@ inline bool mbar_try(uint64_t *b, unsigned parity) { return emu_df_mbar_try(b, p
 inline void mbar_arrive(uint64_t *b) { emu_df_mbar_arrive(b); }
 inline void bulk_copy(void *dst, const void *src, unsigned bytes, uint64_t *b) { emu_df_bulk(dst, src, bytes, b); }
 inline unsigned ld_acquire(const unsigned *p) { return emu_df_ld_acquire(p); }
+inline void nap() {}
 inline void fence_init() {}
 template <int NW> inline void bar_compute() { emu_bar_named(1, 32 * NW); }
 #elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -150,6 +155,9 @@ __device__ __forceinline__ void bulk_copy(void *dst, const void *src, unsigned b
 		     : "memory");
 }
 
+/* a pause between a spin's polls */
+__device__ __forceinline__ void nap() { __nanosleep(64); }
+
 __device__ __forceinline__ unsigned ld_acquire(const unsigned *p)
 {
 	unsigned v;
@@ -181,11 +189,13 @@ __device__ void mbar_wait(uint64_t *b, unsigned parity, int *err)
 	}
 }
 
-/* wait until *p >= target, with the same way out */
-__device__ void spin_ge(const unsigned *p, unsigned target, int *err)
+/* wait until *p >= target, with the same way out; nap: a pause between polls */
+__device__ void spin_ge(const unsigned *p, unsigned target, int *err, bool pause = false)
 {
 	const unsigned long long t0 = gtime();
 	for (unsigned i = 0; ld_acquire(p) < target; i++) {
+		if (pause)
+			nap();
 		if ((i & 255) == 255) {
 			if (*(volatile int *)err)
 				return;
@@ -434,7 +444,7 @@ constexpr size_t stage_smem(int npg)
  * soon as the page's last use has emptied it, the routed experts' once the
  * router's units are all counted */
 __device__ void df_loader(const stage *st, const int2 *list, int b0, int b1, const unsigned *done, int steps,
-			  int npage, uint8_t *sm, uint64_t *full, uint64_t *empty, int *err)
+			  int npage, uint8_t *sm, uint64_t *full, uint64_t *empty, int *err, int mode = DF_POLL)
 {
 #ifdef X4_DF
 	unsigned n = 0;
@@ -445,8 +455,8 @@ __device__ void df_loader(const stage *st, const int2 *list, int b0, int b1, con
 			const unsigned slot = n % npage, use = n / npage;
 			if (use)
 				mbar_wait(empty + slot, (use - 1) & 1, err);
-			if (S.late >= 0 && e.y >= S.late_from)
-				spin_ge(done + S.late, (unsigned)(step + 1) * st[S.late].units, err);
+			if (S.late >= 0 && e.y >= S.late_from && mode != DF_NODEP)
+				spin_ge(done + S.late, (unsigned)(step + 1) * st[S.late].units, err, mode == DF_NAP);
 			const int nr = min(S.upr, S.rows - e.y * S.upr);
 			bulk_copy(sm + (size_t)slot * PAGE, S.w + (size_t)e.y * S.upr * S.rb, (unsigned)(nr * S.rb),
 				  full + slot);
@@ -529,11 +539,13 @@ dataflow_kernel(const stage *st, const int2 *list, const int *off, unsigned *don
  * each page's empty barrier (NW arrivals) once past its rows there, having
  * waited for the page (so that no arrival runs ahead of the page's use).
  * The last warp of a run to finish (a shared count) adds the run's units to
- * the stage's counter. */
+ * the stage's counter.  mode: how the counts are awaited (DF_POLL, DF_NAP,
+ * or DF_NODEP: not at all, the structure's cost without its waits on other
+ * blocks; its outputs are wrong). */
 template <int NW>
 __global__ void __launch_bounds__(32 * (NW + 1), 1)
 dataflow_warp_kernel(const stage *st, const int2 *list, const int *off, unsigned *done, int steps, int npage,
-		     int *err)
+		     int *err, int mode)
 {
 #ifdef X4_DF
 	uint8_t *sm = dyn_smem();
@@ -552,7 +564,7 @@ dataflow_warp_kernel(const stage *st, const int2 *list, const int *off, unsigned
 	__syncthreads();
 	if (t >= 32 * NW) { /* the loader warp */
 		if (t == 32 * NW)
-			df_loader(st, list, b0, b1, done, steps, npage, sm, full, empty, err);
+			df_loader(st, list, b0, b1, done, steps, npage, sm, full, empty, err, mode);
 		return;
 	}
 	const int w = t >> 5, lane = t & 31;
@@ -564,8 +576,9 @@ dataflow_warp_kernel(const stage *st, const int2 *list, const int *off, unsigned
 			int i1 = i + 1;
 			while (i1 < b1 && list[i1].x == sx)
 				i1++;
-			if (t == 0)
-				spin_ge(done + S.dep, (unsigned)(S.first ? step : step + 1) * st[S.dep].units, err);
+			if (t == 0 && mode != DF_NODEP)
+				spin_ge(done + S.dep, (unsigned)(S.first ? step : step + 1) * st[S.dep].units, err,
+					mode == DF_NAP);
 			bar_compute<NW>(); /* the count there, and the last run's input read */
 			stage_xv<NW>(S, xs, t);
 			bar_compute<NW>();
