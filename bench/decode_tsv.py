@@ -19,8 +19,8 @@ PROFILE_OPTS: the options the profile ran with (DECODE_OPTS of the profile
 step, e.g. "--pdl off"), written into its rows' command.
 
 DIR holds decode-512.tsv, decode-4096.tsv (x4-bench-abab, a control pair),
-decode-32768.json (x4-run --json), profile-512.tsv, profile-4096.tsv and
-their .err files (x4-profile).  A weight family's stream rate is its bytes
+decode-32768.json (x4-run --json), profile-512.tsv, profile-4096.tsv (and
+profile-32500.tsv where the step ran) and their .err files (x4-profile).  A weight family's stream rate is its bytes
 over its kernels' time, against the read ceiling the profile measured.
 """
 import json
@@ -34,8 +34,26 @@ if prefill_mode:
     argv = argv[1:]
 d, commit, date = argv[0:3]
 popts = (" " + argv[3]) if len(argv) > 3 and argv[3] else ""
-gpu = "NVIDIA H200"
 rows = []
+
+
+def card():
+    """the card the runs name: x4-bench-abab's device column, else x4-profile's line"""
+    for name in sorted(os.listdir(d)):
+        path = os.path.join(d, name)
+        if re.fullmatch(r"decode-[0-9]+\.tsv", name):
+            for line in open(path).read().splitlines()[1:]:
+                f = line.split("\t")
+                if len(f) > 20 and f[0] == "run":
+                    return re.sub(r" \(cuda:[0-9]+\)$", "", f[20])
+        if re.fullmatch(r"profile-[0-9]+\.err", name):
+            m = re.search(r"device cuda:[0-9]+ \((.*) \(cuda:[0-9]+\)\)", open(path).read())
+            if m:
+                return m.group(1)
+    return "unknown"
+
+
+gpu = card()
 
 
 def row(metric, ctx, value, unit, command):
@@ -116,7 +134,7 @@ def decode_rows():
 
     WEIGHT_CLASSES = {"routed_experts": "experts", "shared_expert": "shared_expert",
                       "dense_ffn": "dense_ffn", "head_pick": "head"}
-    for ctx in (512, 4096):
+    for ctx in (512, 4096, 32500):
         p = os.path.join(d, "profile-%d.tsv" % ctx)
         if not os.path.exists(p):
             continue
@@ -124,7 +142,8 @@ def decode_rows():
         m = re.search(r"read ceiling ([0-9.]+) GB/s", err)
         ceiling = float(m.group(1)) if m else float("nan")
         t = tsv(p)
-        cmd = "x4-profile -m FULL --device cuda:0 --context %d --steps 16%s" % (ctx, popts)
+        cmd = "x4-profile -m FULL --device cuda:0 --context %d --steps 16%s%s" % (
+            ctx, popts, " --max-model-len 32832" if ctx > 4096 else "")
         step = {r["name"]: r for r in t if r["section"] == "step"}
         row("kernels_per_step", ctx, "%d" % float(step["kernels"]["launches_step"]), "kernels", cmd)
         kern = [r for r in t if r["section"] == "kernel"]
@@ -134,9 +153,17 @@ def decode_rows():
                  and not r["name"].startswith("hc_coef_kernel"))
         row("hc_gate_us", ctx, "%.2f" % (hc / 80), "us",
             cmd + " (hc_gate class but the side stream's hc_coef_kernel / 80 sublayers)")
-        att = sum(float(r["us_step"]) for r in kern if r["class"] == "attention"
-                  and re.search(r"mla_attn|mla_combine|mla_decode|mla_mma_kernel|attend", r["name"]))
+        attk = [r for r in kern if r["class"] == "attention"
+                and re.search(r"mla_attn|mla_combine|mla_decode|mla_mma_kernel|attend", r["name"])]
+        att = sum(float(r["us_step"]) for r in attk)
         row("attn_layer_us", ctx, "%.2f" % (att / 40), "us", cmd + " (decode attention kernels / 40 layers)")
+        # the cache's stream: the latent cache rows the attention reads (the
+        # profile's bytes of its operation) over its kernels' time
+        cb = sum(float(r["bytes_step"]) for r in attk if r["bytes_step"] not in ("", "NA"))
+        if cb > 0 and att > 0:
+            gbps = cb / (att * 1e-6) / 1e9
+            row("stream_pct_of_ceiling_kv_cache", ctx, "%.1f" % (100 * gbps / ceiling), "%",
+                cmd + " (%.0f GB/s of %.0f: the cache rows over the attention's kernels)" % (gbps, ceiling))
         fam = {}
         for r in kern:
             if r["bytes_step"] in ("", "0", "NA"):

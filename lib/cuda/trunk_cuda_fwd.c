@@ -510,10 +510,13 @@ static int capture_step(x4_trunk_cuda *t, const x4_sampler_opts *so, int32_t *pi
 static int graph_step(x4_trunk_cuda *t, int32_t id, const x4_sampler_opts *so, int32_t *pick,
 		      x4_err *e)
 {
-	if (!graph_usable(t) || capture_step(t, so, pick))
-		return 1;
+	/* The staging first: a capture marks the attention's cache bytes for
+	 * the profiler from this step's position (a stale one, the prompt's
+	 * last chunk's, gave every replay a few rows of cache) */
 	t->ids_host[0] = id;
 	*t->pos_host = t->pos;
+	if (!graph_usable(t) || capture_step(t, so, pick))
+		return 1;
 	X4_CUDA_TRY(cudaGraphLaunch(t->step_graph, t->s), "replay the decode step's graph", e);
 	X4_CUDA_TRY(cudaStreamSynchronize(t->s), "run the decode step on the GPU", e);
 	t->pos += 1;
