@@ -20,8 +20,11 @@ step, e.g. "--pdl off"), written into its rows' command.
 
 DIR holds decode-512.tsv, decode-4096.tsv (x4-bench-abab, a control pair),
 decode-32768.json (x4-run --json), profile-512.tsv, profile-4096.tsv (and
-profile-32500.tsv where the step ran) and their .err files (x4-profile).  A weight family's stream rate is its bytes
-over its kernels' time, against the read ceiling the profile measured.
+profile-32500.tsv where it ran) and their .err files (x4-profile).  A weight
+family's stream rate is its bytes over its kernels' time, against the read
+ceiling the profile measured; the cache's (stream_pct_of_ceiling_kv_cache)
+the cache rows the attention reads over the attention kernels' time.  The
+gpu column is the card the runs name.
 """
 import json
 import os

@@ -407,7 +407,10 @@ int main(int argc, char **argv)
 			}
 	}
 	if (!ref.empty())
-		fprintf(stderr, "# outputs after %d steps: %s\n", steps, rc ? "DIFFER" : "the same bits in every form run");
+		fprintf(stderr, "# outputs after %d steps: %s%s\n", steps, rc ? "DIFFER" : "the same bits in every form run",
+			std::any_of(F, F + NF, [](const form &f) { return f.on && f.mode == DF_NODEP; })
+				? " (but the timing-only forms, not compared)"
+				: "");
 
 	std::vector<double> control; /* the kernels form's first run of a pair over its second */
 	for (int p = 0; p < pairs; p++) {
