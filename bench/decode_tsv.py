@@ -45,18 +45,14 @@ def card():
     for name in sorted(os.listdir(d)):
         path = os.path.join(d, name)
         if re.fullmatch(r"decode-[0-9]+\.tsv", name):
-            for line in open(path).read().splitlines()[1:]:
-                f = line.split("\t")
-                if len(f) > 20 and f[0] == "run":
-                    return re.sub(r" \(cuda:[0-9]+\)$", "", f[20])
+            for r in tsv(path):
+                if r.get("kind") == "run" and r.get("device"):
+                    return re.sub(r" \(cuda:[0-9]+\)$", "", r["device"])
         if re.fullmatch(r"profile-[0-9]+\.err", name):
             m = re.search(r"device cuda:[0-9]+ \((.*) \(cuda:[0-9]+\)\)", open(path).read())
             if m:
                 return m.group(1)
     return "unknown"
-
-
-gpu = card()
 
 
 def row(metric, ctx, value, unit, command):
@@ -68,6 +64,9 @@ def tsv(path):
         lines = [l.rstrip("\n").split("\t") for l in f if l.strip()]
     head = lines[0]
     return [dict(zip(head, l)) for l in lines[1:]]
+
+
+gpu = card()
 
 
 def abab_cmd(ctx):
