@@ -259,18 +259,25 @@ __device__ __forceinline__ float unit_out(const stage &S, float s, int step)
 	return v;
 }
 
-/* a row's sum by one warp: its parts' warp sums added in order, the bits
- * of unit()'s red[] sum (chunks cpr, parts of them) */
-__device__ __forceinline__ float row_sum(const stage &S, const uint8_t *row_p, int cpr, int parts, const float *xs,
-					 int lane)
+/* part p of a row's parts (its cpr chunks cut in `parts`), summed by one
+ * warp: the lanes' sums in lane order */
+__device__ __forceinline__ float part_sum(const stage &S, const uint8_t *row_p, int cpr, int parts, int p,
+					  const float *xs, int lane)
 {
 	const unsigned m = (unsigned)S.nx - 1;
 	const uint4 *row = reinterpret_cast<const uint4 *>(row_p);
+	const int c0 = p * cpr / parts + lane, c1 = (p + 1) * cpr / parts;
+	return warp_sum(S.codes ? chunks_dot<true>(row, c0, c1, xs, m) : chunks_dot<false>(row, c0, c1, xs, m));
+}
+
+/* a row's sum by one warp: its parts' sums added in order, the bits of
+ * unit()'s red[] sum */
+__device__ __forceinline__ float row_sum(const stage &S, const uint8_t *row_p, int cpr, int parts, const float *xs,
+					 int lane)
+{
 	float s = 0.f;
-	for (int p = 0; p < parts; p++) {
-		const int c0 = p * cpr / parts + lane, c1 = (p + 1) * cpr / parts;
-		s += warp_sum(S.codes ? chunks_dot<true>(row, c0, c1, xs, m) : chunks_dot<false>(row, c0, c1, xs, m));
-	}
+	for (int p = 0; p < parts; p++)
+		s += part_sum(S, row_p, cpr, parts, p, xs, lane);
 	return s;
 }
 
@@ -286,16 +293,11 @@ __device__ void unit(const stage &S, int u, const uint8_t *page, const float *xs
 	const int r0 = u * S.upr, nr = min(S.upr, S.rows - r0);
 	const int cpr = S.rb >> 4;
 	const int parts = unit_parts(nr);
-	const unsigned m = (unsigned)S.nx - 1;
 	const int w = t >> 5, lane = t & 31;
 	const unsigned long long t0 = S.work_ns && t == 0 ? gtime() : 0;
 	for (int k = w; k < nr * parts; k += NW) {
 		const int r = k / parts, p = k % parts;
-		const int c1 = (p + 1) * cpr / parts;
-		const uint4 *row = reinterpret_cast<const uint4 *>(page + (size_t)r * S.rb);
-		const int c0 = p * cpr / parts + lane;
-		float s = S.codes ? chunks_dot<true>(row, c0, c1, xs, m) : chunks_dot<false>(row, c0, c1, xs, m);
-		s = warp_sum(s);
+		const float s = part_sum(S, page + (size_t)r * S.rb, cpr, parts, p, xs, lane);
 		if (lane == 0)
 			red[k] = s;
 	}
